@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Runs the benchmark suite (bench/README.md): builds hvdc_bench if needed, runs B0, B1 (+B1p), B2,
+# B3, B4, B4i and B6 at np=2 pinned (the headline), optionally np=3 and 4 oversubscribed, prints
+# each benchmark's table and leaves one JSON file per benchmark and np in the results folder.
+#
+#   bench/run.sh                 quick counts (a few minutes on the 2-core machine)
+#   bench/run.sh --full          the counts BENCHMARKS.md asks for (B4: 10,000 iterations, ...)
+#   bench/run.sh --np-extra      also np=3 and np=4, oversubscribed
+#   bench/run.sh --only b1,b4    a subset
+#   bench/run.sh --build-dir DIR use (or make) that build; default build-bench at the repo root
+#   bench/run.sh --bin PATH      run that hvdc_bench binary, build nothing
+#   bench/run.sh --out-dir DIR   where the JSON goes; default bench/results
+#   bench/run.sh -- --op average extra flags for every benchmark
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=$ROOT/build-bench
+OUT=$ROOT/bench/results
+FULL=0
+NP_EXTRA=0
+ONLY=b0,b1,b2,b3,b4,b4i,b6
+TIMEOUT=900
+EXTRA=()
+BIN=
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --full) FULL=1 ;;
+    --np-extra) NP_EXTRA=1 ;;
+    --only) ONLY=$2; shift ;;
+    --build-dir) BUILD=$(realpath -m "$2"); shift ;;
+    --bin) BIN=$(realpath -m "$2"); shift ;;
+    --out-dir) OUT=$(realpath -m "$2"); shift ;;
+    --timeout) TIMEOUT=$2; shift ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# ---- build (2 cores: -j2 at most)
+if [[ -z $BIN ]]; then
+  if [[ ! -f $BUILD/build.ninja ]]; then
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  fi
+  ninja -C "$BUILD" -j2 hvdc_bench
+  BIN=$BUILD/bench/hvdc_bench
+fi
+[[ -x $BIN ]] || { echo "run.sh: $BIN was not built" >&2; exit 1; }
+mkdir -p "$OUT"
+
+# As root, Open MPI refuses to start without these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# Per-benchmark flags: quick by default, the spec's counts with --full.
+flags() {
+  local b=$1 np=$2
+  if [[ $FULL == 1 ]]; then
+    case $b in
+      b0) echo "--chunk-reps 10" ;;
+      b1|b2) echo "--steps 20 --warmup 5 --chunk-reps 10" ;;
+      b4) echo "--iters 10000" ;;
+      b4i) echo "--seconds 10 --after-work-seconds 10" ;;
+      *) echo "" ;;
+    esac
+  else
+    local maxb=64M
+    [[ $np -gt 2 ]] && maxb=16M
+    case $b in
+      b0) echo "--max-bytes $maxb --chunk-reps 5 --max-iters 500" ;;
+      b1|b2) echo "--steps 20 --warmup 5 --chunk-reps 5" ;;
+      b3) echo "--steps 20 --warmup 5" ;;
+      b4) echo "--iters 2000" ;;
+      b4i) echo "--seconds 10 --after-work-seconds 3" ;;
+      b6) echo "--steps 5" ;;
+    esac
+  fi
+}
+
+run_np() {
+  local np=$1
+  local launch=(mpirun --timeout "$TIMEOUT" -np "$np")
+  if [[ $np -le $(nproc) ]]; then
+    launch+=(--bind-to core)
+  else
+    # Open MPI 4.1 refuses to bind more ranks than cores; busy-polling oversubscribed ranks need
+    # to yield.
+    launch+=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+  fi
+  local b
+  for b in ${ONLY//,/ }; do
+    echo
+    echo "################ $b  np=$np  $( [[ $np -gt $(nproc) ]] && echo oversubscribed || echo pinned )"
+    # shellcheck disable=SC2046
+    "${launch[@]}" "$BIN" "$b" --out "$OUT/$b-np$np.json" $(flags "$b" "$np") "${EXTRA[@]}" ||
+      { echo "run.sh: $b at np=$np FAILED (exit $?)" >&2; FAILED+=("$b-np$np"); }
+  done
+}
+
+FAILED=()
+echo "hvdc_bench suite: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+START=$SECONDS
+run_np 2
+if [[ $NP_EXTRA == 1 ]]; then
+  run_np 3
+  run_np 4
+fi
+echo
+echo "suite finished in $((SECONDS - START)) s; JSON in $OUT"
+
+# The plot is optional: only where matplotlib is importable (PLOT_PYTHON picks the interpreter).
+PY=${PLOT_PYTHON:-python3}
+if "$PY" -c 'import matplotlib' 2>/dev/null; then
+  "$PY" "$ROOT/bench/plot.py" "$OUT" || echo "run.sh: plot failed (not fatal)" >&2
+else
+  echo "(no matplotlib for $PY: skipping the plot; PLOT_PYTHON=/path/to/python picks another)"
+fi
+
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  echo "FAILED: ${FAILED[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,352 @@
+// The C API: one funnel into the Runtime. Every function catches everything; synchronous failures
+// leave a thread-local message for hvdc_last_error().
+#include "core/c_api.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/build_config.h"
+#include "core/builtin.h"
+#include "core/logging.h"
+#include "core/runtime.h"
+
+namespace hvdc {
+namespace {
+
+thread_local std::string g_last_error;
+
+// The only process-wide state: the current runtime and the compiled-in backends.
+struct Global {
+  std::mutex mu;  // guards runtime (replacement) and builtins
+  std::shared_ptr<Runtime> runtime;
+  std::unique_ptr<Builtins> builtins;
+};
+
+Global& G() {
+  static Global* g = new Global();  // never destroyed: callbacks may run during exit
+  return *g;
+}
+
+std::shared_ptr<Runtime> Current() {
+  std::lock_guard<std::mutex> lock(G().mu);
+  return G().runtime;
+}
+
+int Fail(StatusCode code, std::string msg) {
+  g_last_error = std::move(msg);
+  return static_cast<int>(code);
+}
+
+int Fail(const Status& s) { return Fail(s.code(), s.message()); }
+
+constexpr const char* kNotInitialized = "Horovod has not been initialized; use hvd.init().";
+
+template <typename F>
+int Guard(F&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Fail(StatusCode::kUnknownError, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Fail(StatusCode::kUnknownError, "internal error");
+  }
+}
+
+Builtins& GetBuiltins() {
+  if (!G().builtins) {
+    G().builtins = std::make_unique<Builtins>();
+    RegisterBuiltins(G().builtins.get());
+  }
+  return *G().builtins;
+}
+
+Status TranslateTensor(const hvdc_tensor& t, const char* what, Shape* shape) {
+  if (!IsValidDataType(t.dtype)) {
+    return Status::InvalidArgument(fmt::format("{}: invalid dtype {}", what, t.dtype));
+  }
+  if (t.ndim < 0 || t.ndim > HVDC_MAX_DIMS) {
+    return Status::InvalidArgument(
+        fmt::format("{}: invalid number of dimensions {}", what, t.ndim));
+  }
+  shape->assign(t.dims, t.dims + t.ndim);
+  return Status::OK();
+}
+
+Status Translate(const hvdc_request& r, EnqueueItem* item) {
+  if (!IsValidOpType(r.op)) return Status::InvalidArgument(fmt::format("invalid op {}", r.op));
+  Request& q = item->request;
+  q.op = static_cast<OpType>(r.op);
+  q.name = r.name ? r.name : "";
+  if (q.op != OpType::kJoin && q.op != OpType::kBarrier) {
+    HVDC_RETURN_IF_ERROR(TranslateTensor(r.input, "input", &q.shape));
+    q.dtype = static_cast<DataType>(r.input.dtype);
+    q.device = r.input.device < 0 ? -1 : r.input.device;
+    if (r.input.data == nullptr && NumElements(q.shape) > 0) {
+      return Status::InvalidArgument(fmt::format("tensor '{}' has no data", q.name));
+    }
+  }
+  item->input = r.input.data;
+  switch (q.op) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter:
+      if (!IsValidReduceOp(r.reduce_op)) {
+        return Status::InvalidArgument(fmt::format("invalid reduce op {}", r.reduce_op));
+      }
+      q.reduce_op = static_cast<ReduceOp>(r.reduce_op);
+      q.prescale = r.prescale_factor == 0 ? 1.0 : r.prescale_factor;
+      q.postscale = r.postscale_factor == 0 ? 1.0 : r.postscale_factor;
+      if (q.op == OpType::kReducescatter) {
+        if (r.allocate == nullptr)
+          return Status::InvalidArgument("reducescatter needs an allocator");
+        break;
+      }
+      [[fallthrough]];
+    case OpType::kBroadcast: {
+      Shape out;
+      HVDC_RETURN_IF_ERROR(TranslateTensor(r.output, "output", &out));
+      if (out != q.shape || r.output.dtype != r.input.dtype) {
+        return Status::InvalidArgument(
+            fmt::format("tensor '{}': the output must have the input's shape and dtype", q.name));
+      }
+      if (r.output.data == nullptr && NumElements(out) > 0) {
+        return Status::InvalidArgument(fmt::format("tensor '{}' has no output buffer", q.name));
+      }
+      item->output = r.output.data;
+      q.root_rank = r.root_rank;
+      break;
+    }
+    case OpType::kAlltoall:
+      if (r.num_splits < 0 || (r.num_splits > 0 && r.splits == nullptr)) {
+        return Status::InvalidArgument("alltoall: invalid splits");
+      }
+      if (r.splits) q.splits.assign(r.splits, r.splits + r.num_splits);
+      item->received_splits = r.received_splits;
+      [[fallthrough]];
+    case OpType::kAllgather:
+      if (r.allocate == nullptr) {
+        return Status::InvalidArgument(fmt::format("{} needs an allocator", OpTypeName(q.op)));
+      }
+      break;
+    case OpType::kJoin:
+      item->join_last_rank = r.join_last_rank;
+      break;
+    case OpType::kBarrier:
+      break;
+  }
+  if (r.allocate) {
+    hvdc_alloc_fn fn = r.allocate;
+    void* user = r.allocate_user;
+    item->allocate = [fn, user](const Shape& shape) {
+      return fn(user, static_cast<int32_t>(shape.size()), shape.data());
+    };
+  }
+  return Status::OK();
+}
+
+}  // namespace
+}  // namespace hvdc
+
+using namespace hvdc;  // NOLINT: the C functions below are the implementation of this namespace
+
+extern "C" {
+
+int hvdc_init(const hvdc_init_options* options) {
+  return Guard([&]() -> int {
+    std::lock_guard<std::mutex> lock(G().mu);
+    if (G().runtime) return HVDC_OK;  // init() twice is harmless
+    Config config;
+    std::vector<std::string> warnings;
+    Status s = Config::FromProcessEnv(&config, &warnings);
+    if (!s.ok()) return Fail(s);
+    InitOptions opts;
+    if (options) {
+      if (options->ranks) opts.ranks.assign(options->ranks, options->ranks + options->num_ranks);
+      opts.mpi_comm = options->mpi_comm;
+      const int32_t* p = options->process_set_ranks;
+      for (int32_t i = 0; i < options->num_process_sets; ++i) {
+        const int32_t n = options->process_set_sizes[i];
+        opts.process_sets.emplace_back(p, p + n);
+        p += n;
+      }
+    }
+    Builtins& b = GetBuiltins();
+    std::unique_ptr<Transport> transport;
+    const bool want_mpi = config.under_launcher || opts.mpi_comm || !opts.ranks.empty();
+    if (want_mpi) {
+      if (!b.mpi_transport) return Fail(StatusCode::kUnknownError, "this build has no MPI");
+      s = b.mpi_transport(config, opts, &transport);
+      if (!s.ok()) return Fail(s);
+    } else {
+      transport = b.single_transport();
+    }
+    std::vector<Backend*> backends;
+    for (auto& be : b.backends) backends.push_back(be.get());
+    std::unique_ptr<Runtime> rt;
+    s = Runtime::Create(std::move(config), std::move(transport), backends, opts.process_sets, &rt);
+    if (!s.ok()) return Fail(s);
+    for (const auto& w : warnings) LogWarning("{}", w);
+    G().runtime = std::move(rt);
+    return HVDC_OK;
+  });
+}
+
+int hvdc_shutdown(void) {
+  return Guard([&]() -> int {
+    std::shared_ptr<Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lock(G().mu);
+      rt = std::move(G().runtime);
+    }
+    if (rt) return Fail(rt->Shutdown());
+    return HVDC_OK;
+  });
+}
+
+int hvdc_is_initialized(void) { return Current() ? 1 : 0; }
+const char* hvdc_last_error(void) { return g_last_error.c_str(); }
+
+#define HVDC_TOPOLOGY_QUERY(fn, field)     \
+  int fn(void) {                           \
+    auto rt = Current();                   \
+    return rt ? rt->topology().field : -1; \
+  }
+HVDC_TOPOLOGY_QUERY(hvdc_rank, rank)
+HVDC_TOPOLOGY_QUERY(hvdc_size, size)
+HVDC_TOPOLOGY_QUERY(hvdc_local_rank, local_rank)
+HVDC_TOPOLOGY_QUERY(hvdc_local_size, local_size)
+HVDC_TOPOLOGY_QUERY(hvdc_cross_rank, cross_rank)
+HVDC_TOPOLOGY_QUERY(hvdc_cross_size, cross_size)
+#undef HVDC_TOPOLOGY_QUERY
+
+int hvdc_is_homogeneous(void) {
+  auto rt = Current();
+  return rt ? (rt->topology().homogeneous ? 1 : 0) : -1;
+}
+
+int hvdc_mpi_threads_supported(void) {
+  auto rt = Current();
+  if (!rt || !rt->transport().is_mpi()) return -1;
+  return rt->transport().threads_supported() ? 1 : 0;
+}
+
+int hvdc_mpi_enabled(void) {
+  auto rt = Current();
+  return rt && rt->transport().is_mpi() ? 1 : 0;
+}
+
+int hvdc_mpi_built(void) {
+  std::lock_guard<std::mutex> lock(G().mu);
+  return GetBuiltins().mpi_built ? 1 : 0;
+}
+
+int hvdc_nccl_built(void) { return HVDC_NCCL_VERSION_CODE; }
+
+int hvdc_cuda_built(void) {
+  std::lock_guard<std::mutex> lock(G().mu);
+  return GetBuiltins().cuda_built ? 1 : 0;
+}
+
+const char* hvdc_version(void) { return HVDC_VERSION; }
+
+int hvdc_add_process_set(const int32_t* ranks, int32_t num_ranks) {
+  return Guard([&]() -> int {
+    auto rt = Current();
+    if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
+    if (num_ranks < 0 || (num_ranks > 0 && !ranks)) return HVDC_PROCESS_SET_ERROR_INIT;
+    return rt->AddProcessSet(std::vector<int>(ranks, ranks + num_ranks));
+  });
+}
+
+int hvdc_remove_process_set(int32_t id) {
+  return Guard([&]() -> int {
+    auto rt = Current();
+    return rt ? rt->RemoveProcessSet(id) : HVDC_PROCESS_SET_ERROR_INIT;
+  });
+}
+
+int hvdc_process_set_rank(int32_t id) {
+  auto rt = Current();
+  return rt ? rt->ProcessSetRank(id) : HVDC_PROCESS_SET_ERROR_INIT;
+}
+
+int hvdc_process_set_size(int32_t id) {
+  auto rt = Current();
+  return rt ? rt->ProcessSetSize(id) : HVDC_PROCESS_SET_ERROR_INIT;
+}
+
+int hvdc_process_set_included(int32_t id) {
+  auto rt = Current();
+  return rt ? rt->ProcessSetIncluded(id) : HVDC_PROCESS_SET_ERROR_INIT;
+}
+
+int hvdc_number_of_process_sets(void) {
+  auto rt = Current();
+  return rt ? static_cast<int>(rt->ProcessSetIds().size()) : HVDC_PROCESS_SET_ERROR_INIT;
+}
+
+int hvdc_process_set_ids(int32_t* ids_out, int32_t capacity) {
+  auto rt = Current();
+  if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
+  auto ids = rt->ProcessSetIds();
+  for (size_t i = 0; i < ids.size() && static_cast<int32_t>(i) < capacity; ++i) ids_out[i] = ids[i];
+  return static_cast<int>(ids.size());
+}
+
+int hvdc_process_set_ranks(int32_t id, int32_t* ranks_out, int32_t capacity) {
+  auto rt = Current();
+  if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
+  std::vector<int> ranks;
+  int rc = rt->ProcessSetRanks(id, &ranks);
+  if (rc < 0) return rc;
+  for (size_t i = 0; i < ranks.size() && static_cast<int32_t>(i) < capacity; ++i) {
+    ranks_out[i] = ranks[i];
+  }
+  return static_cast<int>(ranks.size());
+}
+
+int hvdc_enqueue(const hvdc_request* requests, int32_t count, hvdc_done_fn done, void* user) {
+  return Guard([&]() -> int {
+    auto rt = Current();
+    if (!rt) return Fail(StatusCode::kPreconditionError, kNotInitialized);
+    if (count <= 0 || requests == nullptr) {
+      return Fail(StatusCode::kInvalidArgument, "hvdc_enqueue: no requests");
+    }
+    if (done == nullptr) return Fail(StatusCode::kInvalidArgument, "hvdc_enqueue: no callback");
+    std::vector<EnqueueItem> items(static_cast<size_t>(count));
+    for (int32_t i = 0; i < count; ++i) {
+      if (requests[i].process_set_id != requests[0].process_set_id) {
+        return Fail(StatusCode::kInvalidArgument, "a group must be in one process set");
+      }
+      Status s = Translate(requests[i], &items[i]);
+      if (!s.ok()) return Fail(s);
+    }
+    Status s =
+        rt->Enqueue(requests[0].process_set_id, std::move(items), [done, user](const Status& st) {
+          done(user, static_cast<int>(st.code()), st.message().c_str());
+        });
+    return s.ok() ? HVDC_OK : Fail(s);
+  });
+}
+
+int hvdc_start_timeline(const char* path, int mark_cycles) {
+  return Guard([&]() -> int {
+    auto rt = Current();
+    if (!rt) return Fail(StatusCode::kPreconditionError, kNotInitialized);
+    Status s = rt->StartTimeline(path ? path : "", mark_cycles != 0);
+    return s.ok() ? HVDC_OK : Fail(s);
+  });
+}
+
+int hvdc_stop_timeline(void) {
+  return Guard([&]() -> int {
+    auto rt = Current();
+    if (!rt) return Fail(StatusCode::kPreconditionError, kNotInitialized);
+    Status s = rt->StopTimeline();
+    return s.ok() ? HVDC_OK : Fail(s);
+  });
+}
+
+}  // extern "C"

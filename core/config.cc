@@ -1,0 +1,390 @@
+#include "core/config.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+namespace hvdc {
+namespace {
+
+constexpr int64_t kMaxBytes = 1LL << 40;  // 1 TiB: anything larger is a typo, not a buffer size
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+std::string_view Trim(std::string_view s) {
+  const char* kSpace = " \t\r\n\v\f";
+  size_t begin = s.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) return {};
+  size_t end = s.find_last_not_of(kSpace);
+  return s.substr(begin, end - begin + 1);
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// The value as quoted in an error message: long values are cut so a pasted blob stays readable.
+std::string Quote(std::string_view raw) {
+  constexpr size_t kMax = 64;
+  if (raw.size() <= kMax) return fmt::format("'{}'", raw);
+  return fmt::format("'{}...'", raw.substr(0, kMax));
+}
+
+enum class IntSyntax { kOk, kInvalid, kTooLarge };
+
+// Strict whole decimal integer: an optional '+' or '-', then digits only.
+IntSyntax ParseWholeInt(std::string_view s, int64_t* out) {
+  bool plus = !s.empty() && s[0] == '+';
+  if (plus) s.remove_prefix(1);
+  // from_chars reads a '-' itself; only digits may follow the sign.
+  std::string_view digits = (!plus && !s.empty() && s[0] == '-') ? s.substr(1) : s;
+  if (digits.empty()) return IntSyntax::kInvalid;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return IntSyntax::kInvalid;
+  }
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  if (ec == std::errc::result_out_of_range) return IntSyntax::kTooLarge;
+  return ec == std::errc() && ptr == s.data() + s.size() ? IntSyntax::kOk : IntSyntax::kInvalid;
+}
+
+std::string RangeText(int64_t min, int64_t max) {
+  if (max == std::numeric_limits<int64_t>::max()) return fmt::format("must be >= {}", min);
+  return fmt::format("must be between {} and {}", min, max);
+}
+
+// Reads the variables in a fixed order; the first invalid one becomes the error. Setters leave
+// the target untouched when the variable is unset or empty.
+class EnvReader {
+ public:
+  explicit EnvReader(const Config::EnvLookup& lookup) : lookup_(lookup) {}
+
+  const Status& status() const { return status_; }
+
+  // The raw value, or nullopt when unset or all whitespace (or after an earlier error).
+  std::optional<std::string> Raw(const char* name) {
+    if (!status_.ok()) return std::nullopt;
+    std::optional<std::string> v = lookup_(name);
+    if (!v || Trim(*v).empty()) return std::nullopt;
+    return v;
+  }
+
+  bool Present(const char* name) const { return lookup_(name).has_value(); }
+
+  template <typename T>
+  bool Int(const char* name, const char* what, int64_t min, int64_t max, T* out) {
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    int64_t v = 0;
+    IntSyntax syntax = ParseWholeInt(Trim(*raw), &v);
+    if (syntax == IntSyntax::kInvalid) {
+      return Fail(fmt::format("{}={} is not a valid integer ({})", name, Quote(*raw), what));
+    }
+    if (syntax == IntSyntax::kTooLarge || v < min || v > max) {
+      return Fail(fmt::format("{}={} is out of range ({}; {})", name, Quote(*raw), what,
+                              RangeText(min, max)));
+    }
+    *out = static_cast<T>(v);
+    return true;
+  }
+
+  // A finite number >= min (or > min when min_exclusive).
+  bool Number(const char* name, const char* what, double min, bool min_exclusive, double* out) {
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    std::string_view s = Trim(*raw);
+    if (s.size() > 1 && s[0] == '+' && s[1] != '-') s.remove_prefix(1);
+    double v = 0;
+    // from_chars is locale-independent (strtod would read "1,5" under some locales) and rejects
+    // hex; it accepts "inf"/"nan", which the finiteness check below turns away.
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
+      if (ec == std::errc::result_out_of_range) {
+        return Fail(fmt::format("{}={} is out of range ({})", name, Quote(*raw), what));
+      }
+      return Fail(fmt::format("{}={} is not a valid number ({})", name, Quote(*raw), what));
+    }
+    if (!std::isfinite(v)) {
+      return Fail(fmt::format("{}={} is not a finite number ({})", name, Quote(*raw), what));
+    }
+    if (v < min || (min_exclusive && v == min)) {
+      return Fail(fmt::format("{}={} is out of range ({}; must be {} {})", name, Quote(*raw), what,
+                              min_exclusive ? ">" : ">=", min));
+    }
+    *out = v;
+    return true;
+  }
+
+  bool Bool(const char* name, bool* out) {
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    std::string v = Lower(Trim(*raw));
+    int64_t n = 0;
+    if (ParseWholeInt(v, &n) == IntSyntax::kOk && n >= 0) {
+      *out = n > 0;
+    } else if (v == "true" || v == "yes" || v == "on") {
+      *out = true;
+    } else if (v == "false" || v == "no" || v == "off") {
+      *out = false;
+    } else {
+      return Fail(fmt::format("{}={} is not a valid boolean (0 or 1, true/false, yes/no, on/off)",
+                              name, Quote(*raw)));
+    }
+    return true;
+  }
+
+  bool String(const char* name, std::string* out) {
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    *out = std::move(*raw);
+    return true;
+  }
+
+  // HOROVOD_CONTROLLER / HOROVOD_CPU_OPERATIONS: `later` are Horovod's other valid choices.
+  bool Backend(const char* name, std::initializer_list<const char*> later, std::string* out) {
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    std::string v = Lower(Trim(*raw));
+    if (v == "mpi") {
+      *out = v;
+      return true;
+    }
+    for (const char* b : later) {
+      if (v == b) {
+        return Fail(fmt::format("{}={}: the {} backend is not available yet (only 'mpi' is)", name,
+                                Quote(*raw), b));
+      }
+    }
+    std::string valid = "mpi";
+    for (const char* b : later) valid += fmt::format(", {}", b);
+    return Fail(fmt::format("{}={} is not a valid choice ({})", name, Quote(*raw), valid));
+  }
+
+  bool Level(const char* name, LogLevel* out) {
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    std::string v = Lower(Trim(*raw));
+    for (int l = static_cast<int>(LogLevel::kTrace); l <= static_cast<int>(LogLevel::kFatal); ++l) {
+      if (v == LogLevelName(static_cast<LogLevel>(l))) {
+        *out = static_cast<LogLevel>(l);
+        return true;
+      }
+    }
+    return Fail(
+        fmt::format("{}={} is not a valid log level (trace, debug, info, warning, error, fatal)",
+                    name, Quote(*raw)));
+  }
+
+  bool IntList(const char* name, std::vector<int>* out) {
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    std::vector<int> values;
+    std::string_view rest = *raw;
+    while (true) {
+      size_t comma = rest.find(',');
+      std::string_view item = Trim(rest.substr(0, comma));
+      int64_t v = 0;
+      if (ParseWholeInt(item, &v) != IntSyntax::kOk || v < 0 || v > kIntMax) {
+        return Fail(fmt::format(
+            "{}={} is not a valid list of core ids (comma-separated non-negative integers; "
+            "'{}' is not one)",
+            name, Quote(*raw), item));
+      }
+      values.push_back(static_cast<int>(v));
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    *out = std::move(values);
+    return true;
+  }
+
+ private:
+  bool Fail(std::string message) {
+    status_ = Status::InvalidArgument(std::move(message));
+    return false;
+  }
+
+  const Config::EnvLookup& lookup_;
+  Status status_;
+};
+
+}  // namespace
+
+const char* LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace:
+      return "trace";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kFatal:
+      return "fatal";
+  }
+  return "unknown";
+}
+
+Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::string>* warnings) {
+  Config c;
+  std::vector<std::string> warn;
+  EnvReader env(getenv);
+
+  env.Int("HOROVOD_FUSION_THRESHOLD", "bytes", 0, kMaxBytes, &c.fusion_threshold_bytes);
+  env.Bool("HOROVOD_ENABLE_XLA_OPS", &c.enable_xla_ops);
+  if (c.enable_xla_ops) {
+    // As in Horovod: XLA ops want no batching delay and asynchronous GPU completion.
+    c.cycle_time_ms = 0.0;
+    c.enable_async_completion = true;
+  }
+  env.Number("HOROVOD_CYCLE_TIME", "milliseconds", 0.0, false, &c.cycle_time_ms);
+  env.Int("HOROVOD_CACHE_CAPACITY", "entries", 0, kIntMax, &c.cache_capacity);
+  env.String("HOROVOD_TIMELINE", &c.timeline_path);
+  env.Bool("HOROVOD_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);
+  env.Bool("HOROVOD_STALL_CHECK_DISABLE", &c.stall_check_disable);
+  env.Number("HOROVOD_STALL_CHECK_TIME_SECONDS", "seconds", 0.0, true, &c.stall_check_time_s);
+  env.Number("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "seconds", 0.0, false,
+             &c.stall_shutdown_time_s);
+  env.Bool("HOROVOD_AUTOTUNE", &c.autotune);
+  env.String("HOROVOD_AUTOTUNE_LOG", &c.autotune_log);
+  env.Int("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "samples", 0, kIntMax, &c.autotune_warmup_samples);
+  env.Int("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "cycles", 1, kIntMax, &c.autotune_steps_per_sample);
+  env.Int("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "samples", 1, kIntMax,
+          &c.autotune_bayes_opt_max_samples);
+  env.Number("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "noise", 0.0, false,
+             &c.autotune_gaussian_process_noise);
+  env.Bool("HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
+  env.Bool("HOROVOD_HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
+  env.Bool("HOROVOD_TORUS_ALLREDUCE", &c.torus_allreduce);
+  env.Bool("HOROVOD_MPI_THREADS_DISABLE", &c.mpi_threads_disable);
+  int nccl_streams = c.num_nccl_streams;
+  if (env.Int("HOROVOD_NUM_NCCL_STREAMS", "streams", std::numeric_limits<int>::min(), kIntMax,
+              &nccl_streams)) {
+    if (nccl_streams > 0) {
+      c.num_nccl_streams = nccl_streams;
+    } else {
+      warn.push_back(fmt::format(
+          "HOROVOD_NUM_NCCL_STREAMS={} is not positive and is ignored; using {} stream(s)",
+          nccl_streams, c.num_nccl_streams));
+    }
+  }
+  env.Level("HOROVOD_LOG_LEVEL", &c.log_level);
+  env.Bool("HOROVOD_LOG_HIDE_TIME", &c.log_hide_time);
+  // Horovod's controllers are MPI and Gloo; its CPU operations MPI, Gloo and oneCCL.
+  env.Backend("HOROVOD_CONTROLLER", {"gloo"}, &c.controller);
+  env.Backend("HOROVOD_CPU_OPERATIONS", {"gloo", "ccl"}, &c.cpu_operations);
+  env.Bool("HOROVOD_DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets);
+  env.Bool("HOROVOD_DISABLE_GROUP_FUSION", &c.disable_group_fusion);
+  env.IntList("HOROVOD_THREAD_AFFINITY", &c.thread_affinity);
+  env.Bool("HOROVOD_ENABLE_ASYNC_COMPLETION", &c.enable_async_completion);
+  env.Bool("HOROVOD_BATCH_D2D_MEMCOPIES", &c.batch_d2d_memcopies);
+  env.Bool("HOROVOD_DISABLE_NVTX_RANGES", &c.disable_nvtx_ranges);
+  env.Bool("HOROVOD_ELASTIC", &c.elastic);
+  env.Int("HOROVOD_ADASUM_MPI_CHUNK_SIZE", "bytes", 1, kMaxBytes, &c.adasum_mpi_chunk_size);
+  env.String("HOROVOD_GLOO_IFACE", &c.gloo_iface);
+  env.Int("HOROVOD_GLOO_TIMEOUT_SECONDS", "seconds", 1, kIntMax, &c.gloo_timeout_s);
+  env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
+  env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
+  if (!env.status().ok()) return env.status();
+
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (env.Present(name)) c.under_launcher = true;
+  }
+
+  if (c.stall_shutdown_time_s > 0 && c.stall_shutdown_time_s < c.stall_check_time_s) {
+    warn.push_back(fmt::format(
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={} is less than HOROVOD_STALL_CHECK_TIME_SECONDS={} "
+        "and is ignored: stalled jobs will not be shut down",
+        c.stall_shutdown_time_s, c.stall_check_time_s));
+    c.stall_shutdown_time_s = 0.0;
+  }
+  if (c.autotune) {
+    warn.push_back("HOROVOD_AUTOTUNE=1: autotune is not implemented yet; fixed settings are used");
+  }
+  if (c.elastic) {
+    warn.push_back(
+        "HOROVOD_ELASTIC=1: elastic mode is not implemented yet; a failed rank ends the job");
+  }
+
+  *out = std::move(c);
+  if (warnings != nullptr) {
+    for (std::string& w : warn) warnings->push_back(std::move(w));
+  }
+  return Status::OK();
+}
+
+// The one place in the codebase that reads the process environment.
+Status Config::FromProcessEnv(Config* out, std::vector<std::string>* warnings) {
+  return FromEnv(
+      [](const char* name) -> std::optional<std::string> {
+        const char* v = std::getenv(name);
+        if (v == nullptr) return std::nullopt;
+        return std::string(v);
+      },
+      out, warnings);
+}
+
+std::string Config::Describe() const {
+  std::string affinity;
+  for (size_t i = 0; i < thread_affinity.size(); ++i) {
+    affinity += fmt::format("{}{}", i == 0 ? "" : ",", thread_affinity[i]);
+  }
+  auto b = [](bool v) { return v ? 1 : 0; };
+  std::string s;
+  auto line = [&s](const char* name, const auto& value) {
+    fmt::format_to(std::back_inserter(s), "{}={}\n", name, value);
+  };
+  line("HOROVOD_FUSION_THRESHOLD", fusion_threshold_bytes);
+  line("HOROVOD_CYCLE_TIME", cycle_time_ms);
+  line("HOROVOD_CACHE_CAPACITY", cache_capacity);
+  line("HOROVOD_TIMELINE", timeline_path);
+  line("HOROVOD_TIMELINE_MARK_CYCLES", b(timeline_mark_cycles));
+  line("HOROVOD_STALL_CHECK_DISABLE", b(stall_check_disable));
+  line("HOROVOD_STALL_CHECK_TIME_SECONDS", stall_check_time_s);
+  line("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_time_s);
+  line("HOROVOD_AUTOTUNE", b(autotune));
+  line("HOROVOD_AUTOTUNE_LOG", autotune_log);
+  line("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", autotune_warmup_samples);
+  line("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", autotune_steps_per_sample);
+  line("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", autotune_bayes_opt_max_samples);
+  line("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", autotune_gaussian_process_noise);
+  line("HOROVOD_HIERARCHICAL_ALLREDUCE", b(hierarchical_allreduce));
+  line("HOROVOD_HIERARCHICAL_ALLGATHER", b(hierarchical_allgather));
+  line("HOROVOD_TORUS_ALLREDUCE", b(torus_allreduce));
+  line("HOROVOD_MPI_THREADS_DISABLE", b(mpi_threads_disable));
+  line("HOROVOD_NUM_NCCL_STREAMS", num_nccl_streams);
+  line("HOROVOD_LOG_LEVEL", LogLevelName(log_level));
+  line("HOROVOD_LOG_HIDE_TIME", b(log_hide_time));
+  line("HOROVOD_CONTROLLER", controller);
+  line("HOROVOD_CPU_OPERATIONS", cpu_operations);
+  line("HOROVOD_DYNAMIC_PROCESS_SETS", b(dynamic_process_sets));
+  line("HOROVOD_DISABLE_GROUP_FUSION", b(disable_group_fusion));
+  line("HOROVOD_THREAD_AFFINITY", affinity);
+  line("HOROVOD_ENABLE_XLA_OPS", b(enable_xla_ops));
+  line("HOROVOD_ENABLE_ASYNC_COMPLETION", b(enable_async_completion));
+  line("HOROVOD_BATCH_D2D_MEMCOPIES", b(batch_d2d_memcopies));
+  line("HOROVOD_DISABLE_NVTX_RANGES", b(disable_nvtx_ranges));
+  line("HOROVOD_ELASTIC", b(elastic));
+  line("HOROVOD_ADASUM_MPI_CHUNK_SIZE", adasum_mpi_chunk_size);
+  line("HOROVOD_GLOO_IFACE", gloo_iface);
+  line("HOROVOD_GLOO_TIMEOUT_SECONDS", gloo_timeout_s);
+  line("HVDC_CHUNK_BYTES", chunk_bytes);
+  line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
+  line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));
+  return s;
+}
+
+}  // namespace hvdc

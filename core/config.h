@@ -1,0 +1,115 @@
+// Config: every HOROVOD_* variable the core honours, parsed and validated once (Config::FromEnv).
+// Each field: its variable, default, and meaning. Invalid values fail init() with a message naming
+// the variable and the value (a deliberate difference from Horovod, which parses garbage as 0).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace hvdc {
+
+enum class LogLevel : int { kTrace = 0, kDebug, kInfo, kWarning, kError, kFatal };
+
+struct Config {
+  // HOROVOD_FUSION_THRESHOLD: fusion buffer bytes; 0 disables fusion.
+  int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
+  // HOROVOD_CYCLE_TIME (ms, float): the longest wait for stragglers while a batch executes.
+  // Defaults to 0 when HOROVOD_ENABLE_XLA_OPS=1 (as in Horovod).
+  double cycle_time_ms = 1.0;
+  // HOROVOD_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
+  int64_t cache_capacity = 1024;
+  // HOROVOD_TIMELINE: Chrome-trace path written by the coordinator; "DYNAMIC" = enabled, no file.
+  std::string timeline_path;
+  // HOROVOD_TIMELINE_MARK_CYCLES: mark negotiation cycles in the timeline.
+  bool timeline_mark_cycles = false;
+  // HOROVOD_STALL_CHECK_DISABLE: turn the stall inspector off.
+  bool stall_check_disable = false;
+  // HOROVOD_STALL_CHECK_TIME_SECONDS: warn about tensors some ranks have not submitted after this.
+  double stall_check_time_s = 60.0;
+  // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: fail everything and shut down after this (0 = never).
+  double stall_shutdown_time_s = 0.0;
+  // HOROVOD_AUTOTUNE (+ _LOG, _WARMUP_SAMPLES, _STEPS_PER_SAMPLE, _BAYES_OPT_MAX_SAMPLES,
+  // _GAUSSIAN_PROCESS_NOISE): not implemented yet; a warning at init, fixed settings are used.
+  // The tuning parameters are still validated and kept for when the tuner arrives.
+  bool autotune = false;
+  std::string autotune_log;                      // HOROVOD_AUTOTUNE_LOG: CSV of samples (rank 0)
+  int autotune_warmup_samples = 3;               // HOROVOD_AUTOTUNE_WARMUP_SAMPLES (>= 0)
+  int autotune_steps_per_sample = 10;            // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE (>= 1)
+  int autotune_bayes_opt_max_samples = 20;       // HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (>= 1)
+  double autotune_gaussian_process_noise = 0.8;  // HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (>= 0)
+  // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER, HOROVOD_TORUS_ALLREDUCE: accepted, NCCL-only.
+  bool hierarchical_allreduce = false;
+  bool hierarchical_allgather = false;
+  bool torus_allreduce = false;
+  // HOROVOD_MPI_THREADS_DISABLE: request MPI_THREAD_SERIALIZED; control and execution share a
+  // thread.
+  bool mpi_threads_disable = false;
+  // HOROVOD_NUM_NCCL_STREAMS: GPU streams per device (values <= 0 are ignored, as in Horovod).
+  int num_nccl_streams = 1;
+  // HOROVOD_LOG_LEVEL: trace, debug, info, warning, error, fatal (case-insensitive).
+  LogLevel log_level = LogLevel::kWarning;
+  // HOROVOD_LOG_HIDE_TIME: drop timestamps from log lines.
+  bool log_hide_time = false;
+  // HOROVOD_CONTROLLER, HOROVOD_CPU_OPERATIONS: only "mpi" is available (gloo/ccl come later).
+  std::string controller = "mpi";
+  std::string cpu_operations = "mpi";
+  // HOROVOD_DYNAMIC_PROCESS_SETS: allow add/remove_process_set after init.
+  bool dynamic_process_sets = false;
+  // HOROVOD_DISABLE_GROUP_FUSION: grouped tensors are not fused with other tensors.
+  bool disable_group_fusion = false;
+  // HOROVOD_THREAD_AFFINITY: comma-separated core ids, one per local rank (control thread).
+  std::vector<int> thread_affinity;
+  // HOROVOD_ENABLE_XLA_OPS, HOROVOD_ENABLE_ASYNC_COMPLETION, HOROVOD_BATCH_D2D_MEMCOPIES,
+  // HOROVOD_DISABLE_NVTX_RANGES: GPU-path switches. HOROVOD_ENABLE_XLA_OPS=1 also turns async
+  // completion on (as in Horovod).
+  bool enable_xla_ops = false;
+  bool enable_async_completion = false;
+  bool batch_d2d_memcopies = true;
+  bool disable_nvtx_ranges = false;
+  // HOROVOD_ELASTIC: elastic mode is not implemented yet (a warning).
+  bool elastic = false;
+  // HOROVOD_ADASUM_MPI_CHUNK_SIZE: parsed for compatibility (Adasum comes later).
+  int64_t adasum_mpi_chunk_size = 1LL << 30;
+  // HOROVOD_GLOO_IFACE, HOROVOD_GLOO_TIMEOUT_SECONDS: accepted and validated for the Gloo/TCP
+  // transport that comes later (horovodrun --gloo sets them).
+  std::string gloo_iface;
+  int gloo_timeout_s = 30;
+
+  // Ours (no Horovod equivalent):
+  // HVDC_CHUNK_BYTES: long CPU reductions are issued in chunks of this many bytes (cache-sized).
+  int64_t chunk_bytes = 4LL * 1024 * 1024;
+  // HVDC_ZERO_COPY_BYTES: an allreduce tensor at least this large is reduced from its own memory
+  // instead of being copied through the fusion buffer.
+  int64_t zero_copy_bytes = 1LL * 1024 * 1024;
+
+  // Not a setting: true when a launcher's identity variables are present (OMPI_COMM_WORLD_SIZE,
+  // PMI_SIZE, PMIX_RANK or PMI_RANK, even if empty). The runtime then initializes MPI; otherwise it
+  // runs as rank 0 of 1 over an in-process channel without calling MPI_Init.
+  bool under_launcher = false;
+
+  // Reads the variables through `getenv` (tests inject their own). Warnings for accepted but
+  // ignored settings are appended to *warnings. On error *out and *warnings are left untouched and
+  // the InvalidArgument message names the variable and its value.
+  //
+  // Value syntax (stricter than Horovod, which parses garbage as 0):
+  //  - an unset or empty (all-whitespace) variable means "use the default"; surrounding
+  //    whitespace is ignored (paths and interface names are taken verbatim);
+  //  - integers: whole decimal numbers ("+" allowed, no exponent or fraction), range-checked;
+  //  - numbers (times, noise): decimal or exponent notation, finite, >= 0 (check time > 0);
+  //  - booleans: a non-negative integer (> 0 is true, as in Horovod), or true/false, yes/no,
+  //    on/off (case-insensitive).
+  using EnvLookup = std::function<std::optional<std::string>(const char*)>;
+  static Status FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::string>* warnings);
+  static Status FromProcessEnv(Config* out, std::vector<std::string>* warnings);
+  // One line per field ("HOROVOD_FUSION_THRESHOLD=134217728"), logged at debug.
+  std::string Describe() const;
+};
+
+const char* LogLevelName(LogLevel level);  // "trace", ..., "fatal"
+
+}  // namespace hvdc

@@ -1,0 +1,336 @@
+#include "core/controller.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/logging.h"
+#include "core/timeline.h"
+#include "core/wire_format.h"
+
+namespace hvdc {
+namespace {
+
+constexpr uint64_t kFlagNothingUncached = 1;
+constexpr uint64_t kFlagNoShutdown = 2;
+constexpr uint64_t kFlagJoined = 4;
+
+const char* kJoinName = "join.noname";
+
+}  // namespace
+
+Controller::Controller(int set_id, const Config& config, ControlChannel* channel,
+                       Timeline* timeline, std::vector<int> world_ranks)
+    : set_id_(set_id),
+      config_(config),
+      channel_(channel),
+      timeline_(timeline),
+      world_ranks_(std::move(world_ranks)),
+      cache_(config.cache_capacity) {
+  if (channel_->rank() == 0) table_ = std::make_unique<MessageTable>(channel_->size());
+}
+
+void Controller::Submit(std::shared_ptr<TensorEntry> entry) { unsent_.push_back(std::move(entry)); }
+
+void Controller::RequestShutdown(const std::string& reason) {
+  if (shutdown_requested_) return;
+  shutdown_requested_ = true;
+  shutdown_reason_ = reason;
+}
+
+void Controller::BuildBits(Clock::time_point now) {
+  const size_t w = cache_.words();
+  bits_.assign(2 * w + 3, 0);
+  for (size_t i = 0; i < w; ++i) bits_[w + i] = ~0ULL;
+  auto invalidate = [&](uint32_t bit) { bits_[w + bit / 64] &= ~(1ULL << (bit % 64)); };
+
+  for (auto& e : unsent_) {
+    if (e->request.op == OpType::kJoin) {
+      join_ = e;
+      join_sent_ = false;
+      continue;
+    }
+    uint32_t bit = 0;
+    ResponseCache::Lookup found = cache_.Find(e->request, rank(), &bit);
+    e->is_cached = found == ResponseCache::Lookup::kHit;
+    e->cache_bit = bit;
+    if (found == ResponseCache::Lookup::kMismatch) invalidate(bit);
+    pending_[e->request.name] = e;
+  }
+  unsent_.clear();
+
+  bool needs_full = join_ && !join_sent_;
+  const auto stall_age = std::chrono::duration<double>(config_.stall_check_time_s / 2);
+  for (auto& [name, e] : pending_) {
+    if (e->is_cached) {
+      if (!cache_.Has(e->cache_bit) || cache_.Get(e->cache_bit).name != name) {
+        e->is_cached = false;  // evicted since it was submitted
+      } else if (!config_.stall_check_disable && now - e->enqueued_at > stall_age) {
+        // Renegotiate in full so the coordinator can see (and report) which ranks are missing.
+        invalidate(e->cache_bit);
+        e->is_cached = false;
+      }
+    }
+    if (e->is_cached) {
+      bits_[e->cache_bit / 64] |= 1ULL << (e->cache_bit % 64);
+    } else if (!e->sent_full) {
+      needs_full = true;
+    }
+  }
+  if (join_) {
+    // A joined rank is ready for every cached allreduce (it contributes zeros).
+    for (uint32_t bit = 0; bit < static_cast<uint32_t>(cache_.capacity()); ++bit) {
+      if (cache_.Has(bit) && cache_.Get(bit).op == OpType::kAllreduce) {
+        bits_[bit / 64] |= 1ULL << (bit % 64);
+      }
+    }
+  }
+  uint64_t flags = 0;
+  if (!needs_full) flags |= kFlagNothingUncached;
+  if (!shutdown_requested_) flags |= kFlagNoShutdown;
+  if (join_) flags |= kFlagJoined;
+  bits_[2 * w] = flags;
+  sent_hash_ = cache_.hash();
+  bits_[2 * w + 1] = sent_hash_;
+  bits_[2 * w + 2] = ~sent_hash_;
+}
+
+void Controller::StartRound(Clock::time_point now) {
+  round_started_ = now;
+  if (timeline_ && timeline_->active() && set_id_ == 0) timeline_->MarkCycleStart();
+  BuildBits(now);
+  op_ = channel_->StartBitAnd(&bits_);
+  phase_ = Phase::kBits;
+}
+
+Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* out) {
+  const size_t w = cache_.words();
+  if (bits_[2 * w + 1] != sent_hash_ || bits_[2 * w + 2] != ~sent_hash_) {
+    return Status::UnknownError(fmt::format(
+        "the response cache of process set {} diverged across ranks (internal error)", set_id_));
+  }
+  const uint64_t flags = bits_[2 * w];
+  bool exchange = !(flags & kFlagNothingUncached) || !(flags & kFlagNoShutdown);
+  const bool all_joined = (flags & kFlagJoined) != 0;
+
+  for (uint32_t word = 0; word < w; ++word) {
+    uint64_t invalid = ~bits_[w + word];
+    while (invalid) {
+      uint32_t bit = word * 64 + static_cast<uint32_t>(__builtin_ctzll(invalid));
+      invalid &= invalid - 1;
+      if (!cache_.Has(bit)) continue;
+      exchange = true;
+      auto it = pending_.find(cache_.Get(bit).name);
+      if (it != pending_.end()) it->second->is_cached = false;
+      cache_.Erase(bit);
+    }
+  }
+  cached_ready_.clear();
+  if (!all_joined) {
+    for (uint32_t word = 0; word < w; ++word) {
+      uint64_t ready = bits_[word] & bits_[w + word];
+      while (ready) {
+        uint32_t bit = word * 64 + static_cast<uint32_t>(__builtin_ctzll(ready));
+        ready &= ready - 1;
+        if (cache_.Has(bit)) cached_ready_.push_back(bit);
+      }
+    }
+  }
+
+  if (!exchange) {
+    ResponseList list;
+    for (uint32_t bit : cached_ready_) list.responses.push_back(cache_.Get(bit));
+    *finished = true;
+    return OnResponses(list, out);
+  }
+
+  out->exchanged_requests = true;
+  to_send_ = RequestList();
+  to_send_.rank = rank();
+  to_send_.shutdown = shutdown_requested_;
+  shutdown_sent_ = shutdown_requested_;
+  for (auto& [name, e] : pending_) {
+    if (!e->is_cached && !e->sent_full) {
+      to_send_.requests.push_back(e->request);
+      e->sent_full = true;
+    }
+  }
+  if (join_ && !join_sent_) {
+    Request q;
+    q.op = OpType::kJoin;
+    q.name = kJoinName;
+    to_send_.requests.push_back(q);
+    join_sent_ = true;
+  }
+  gathered_.clear();
+  op_ = channel_->StartGather(SerializeRequestList(to_send_), &gathered_);
+  phase_ = Phase::kGather;
+  *finished = false;
+  return Status::OK();
+}
+
+Status Controller::OnGather(Clock::time_point now) {
+  blob_.clear();
+  if (rank() == 0) {
+    ResponseList list;
+    for (uint32_t bit : cached_ready_) list.responses.push_back(cache_.Get(bit));
+    std::vector<Response> fresh;
+    const bool tl = timeline_ && timeline_->active();
+    for (int r = 0; r < size(); ++r) {
+      RequestList rl;
+      Status s = ParseRequestList(gathered_[r], &rl);
+      if (!s.ok()) {
+        return Status::UnknownError(fmt::format("from rank {}: {}", world_ranks_[r], s.message()));
+      }
+      if (rl.shutdown) list.shutdown = true;
+      for (const Request& q : rl.requests) {
+        if (q.op == OpType::kJoin) {
+          table_->Join(r, &fresh);
+          continue;
+        }
+        if (tl) {
+          timeline_->NegotiateStart(q.name, q.op);
+          timeline_->NegotiateRankReady(q.name, world_ranks_[r]);
+        }
+        table_->Add(r, q, now, &fresh);
+      }
+    }
+    if (table_->all_joined()) {
+      Response join;
+      join.op = OpType::kJoin;
+      join.name = kJoinName;
+      join.last_joined_rank = world_ranks_[table_->last_joined()];
+      fresh.push_back(join);
+      table_->ResetJoin();
+    }
+    for (auto& p : fresh) list.responses.push_back(std::move(p));
+    if (shutdown_requested_) {
+      list.shutdown = true;
+      list.shutdown_reason = shutdown_reason_;
+    }
+    blob_ = SerializeResponseList(list);
+  }
+  op_ = channel_->StartBroadcast(&blob_);
+  phase_ = Phase::kBroadcast;
+  return Status::OK();
+}
+
+Status Controller::OnResponses(const ResponseList& list, RoundResult* out) {
+  const size_t n_cached = cached_ready_.size();
+  if (list.responses.size() < n_cached) {
+    return Status::UnknownError("coordinator answered fewer responses than the cache agreed on");
+  }
+  const bool tl = timeline_ && timeline_->active() && rank() == 0;
+  for (size_t i = 0; i < list.responses.size(); ++i) {
+    const Response& resp = list.responses[i];
+    if (i < n_cached) {
+      cache_.Touch(cached_ready_[i]);
+    } else {
+      cache_.Put(resp);
+    }
+    std::shared_ptr<TensorEntry> entry;
+    if (resp.op == OpType::kJoin) {
+      entry = std::move(join_);
+      join_sent_ = false;
+    } else {
+      auto it = pending_.find(resp.name);
+      if (it != pending_.end()) {
+        entry = std::move(it->second);
+        pending_.erase(it);
+      }
+      if (tl && i >= n_cached) timeline_->NegotiateEnd(resp.name);
+    }
+    out->ready.emplace_back(resp, std::move(entry));
+  }
+  if (list.shutdown) {
+    out->shutdown = true;
+    out->shutdown_reason = list.shutdown_reason;
+  }
+  return Status::OK();
+}
+
+void Controller::Fail(const Status& status, RoundResult* out) {
+  out->shutdown = true;
+  out->shutdown_reason = status.message();
+}
+
+bool Controller::Poll(Clock::time_point now, RoundResult* out) {
+  while (phase_ != Phase::kIdle) {
+    Status s;
+    if (!op_->Test(&s)) return false;
+    if (s.ok()) {
+      switch (phase_) {
+        case Phase::kBits: {
+          bool finished = false;
+          s = OnBits(now, &finished, out);
+          if (s.ok() && !finished) continue;
+          break;
+        }
+        case Phase::kGather:
+          s = OnGather(now);
+          if (s.ok()) continue;
+          break;
+        case Phase::kBroadcast: {
+          ResponseList list;
+          s = ParseResponseList(blob_, &list);
+          if (s.ok()) s = OnResponses(list, out);
+          break;
+        }
+        case Phase::kIdle:
+          break;
+      }
+    }
+    if (!s.ok()) {
+      Fail(Status::UnknownError(
+               fmt::format("negotiation on process set {} failed: {}", set_id_, s.message())),
+           out);
+    }
+    op_.reset();
+    phase_ = Phase::kIdle;
+    if (rank() == 0) CheckStalls(now);
+    return true;
+  }
+  return false;
+}
+
+void Controller::CheckStalls(Clock::time_point now) {
+  if (config_.stall_check_disable || !table_ || table_->empty()) return;
+  const auto age = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config_.stall_check_time_s));
+  auto to_world = [&](const std::vector<int>& ranks) {
+    std::vector<int> w;
+    for (int r : ranks) w.push_back(world_ranks_[r]);
+    return w;
+  };
+  for (const auto& s : table_->StalledSince(age, now)) {
+    auto it = warned_.find(s.name);
+    if (it == warned_.end() || now - it->second >= age) {
+      LogWarning(
+          "Stall: tensor '{}' (process set {}) was submitted by ranks {} but not by ranks {} for "
+          "{:.1f} s. One or more ranks may be stuck, or running a different sequence of "
+          "collectives.",
+          s.name, set_id_, to_world(s.ready_ranks), to_world(s.missing_ranks), s.waited_s);
+      warned_[s.name] = now;
+    }
+    if (config_.stall_shutdown_time_s > 0 && s.waited_s >= config_.stall_shutdown_time_s) {
+      RequestShutdown(fmt::format(
+          "Stalled: tensor '{}' (process set {}) was submitted by ranks {} but not by ranks {} for "
+          "{:.1f} s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={}); shutting down",
+          s.name, set_id_, to_world(s.ready_ranks), to_world(s.missing_ranks), s.waited_s,
+          config_.stall_shutdown_time_s));
+    }
+  }
+  for (auto it = warned_.begin(); it != warned_.end();) {
+    it = (now - it->second > 10 * age) ? warned_.erase(it) : std::next(it);
+  }
+}
+
+std::vector<std::shared_ptr<TensorEntry>> Controller::TakeAllPending() {
+  std::vector<std::shared_ptr<TensorEntry>> all = std::move(unsent_);
+  unsent_.clear();
+  for (auto& [name, e] : pending_) all.push_back(std::move(e));
+  pending_.clear();
+  if (join_) all.push_back(std::move(join_));
+  return all;
+}
+
+}  // namespace hvdc

@@ -1,0 +1,108 @@
+// Controller: the negotiation algorithm for one process set, written once over a ControlChannel.
+//
+// A round: every member ANDs a bit vector (ready bits of cached tensors, valid bits, status flags,
+// the cache hash). When no rank has anything uncached and nobody asks to shut down, the AND alone
+// decides which cached tensors are ready -- identically on every rank, with no gather. Otherwise
+// the members gather their full requests at the coordinator (set rank 0), which answers with the
+// ordered list of responses. Every rank then processes the same responses in the same order, so
+// the replicated cache stays identical (verified by the hash in the next round).
+//
+// Runs on the control thread only; nothing here blocks.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.h"
+#include "core/control_channel.h"
+#include "core/message_table.h"
+#include "core/response_cache.h"
+#include "core/tensor_entry.h"
+
+namespace hvdc {
+
+class Timeline;
+
+struct RoundResult {
+  // The agreed responses in execution order, each with this rank's entry (null when this rank
+  // joined and contributes zeros, or for a response it had no part in).
+  std::vector<std::pair<Response, std::shared_ptr<TensorEntry>>> ready;
+  bool exchanged_requests = false;  // the round carried new requests (progress even if none ready)
+  bool shutdown = false;            // the set (and the runtime) shuts down after `ready` runs
+  std::string shutdown_reason;
+};
+
+class Controller {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Controller(int set_id, const Config& config, ControlChannel* channel, Timeline* timeline,
+             std::vector<int> world_ranks);
+
+  int set_id() const { return set_id_; }
+  int rank() const { return channel_->rank(); }
+  int size() const { return channel_->size(); }
+
+  void Submit(std::shared_ptr<TensorEntry> entry);
+  void RequestShutdown(const std::string& reason);
+  bool shutdown_requested() const { return shutdown_requested_; }
+
+  bool in_round() const { return phase_ != Phase::kIdle; }
+  bool has_unsent() const { return !unsent_.empty() || (shutdown_requested_ && !shutdown_sent_); }
+  bool has_pending() const { return !pending_.empty(); }
+  Clock::time_point round_started() const { return round_started_; }
+
+  void StartRound(Clock::time_point now);
+  // Progresses the round; true when it finished (then *out holds the result).
+  bool Poll(Clock::time_point now, RoundResult* out);
+  // Fails and forgets every local entry not yet handed out (at shutdown or set removal).
+  std::vector<std::shared_ptr<TensorEntry>> TakeAllPending();
+
+  // Coordinator only: stalled tensors for the stall inspector.
+  const MessageTable* table() const { return table_.get(); }
+
+ private:
+  enum class Phase { kIdle, kBits, kGather, kBroadcast };
+  void BuildBits(Clock::time_point now);
+  Status OnBits(Clock::time_point now, bool* finished, RoundResult* out);
+  Status OnGather(Clock::time_point now);
+  Status OnResponses(const ResponseList& list, RoundResult* out);
+  void CheckStalls(Clock::time_point now);
+  void Fail(const Status& status, RoundResult* out);
+
+  const int set_id_;
+  const Config& config_;
+  ControlChannel* channel_;
+  Timeline* timeline_;
+  std::vector<int> world_ranks_;  // set rank -> world rank (for messages)
+  ResponseCache cache_;
+  std::unique_ptr<MessageTable> table_;  // coordinator only
+
+  std::vector<std::shared_ptr<TensorEntry>> unsent_;  // submitted since the last round started
+  std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // by name
+  std::shared_ptr<TensorEntry> join_;  // this rank's pending join, if any
+  bool join_sent_ = false;
+  bool shutdown_requested_ = false;
+  bool shutdown_sent_ = false;
+  std::string shutdown_reason_;
+
+  // The round in flight.
+  Phase phase_ = Phase::kIdle;
+  Clock::time_point round_started_;
+  std::unique_ptr<PendingOp> op_;
+  std::vector<uint64_t> bits_;
+  uint64_t sent_hash_ = 0;
+  std::vector<uint32_t> cached_ready_;
+  std::string blob_;
+  std::vector<std::string> gathered_;
+  RequestList to_send_;
+
+  // Stall inspector state (coordinator).
+  std::map<std::string, Clock::time_point> warned_;
+  Clock::time_point last_stall_check_;
+};
+
+}  // namespace hvdc

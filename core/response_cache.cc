@@ -1,0 +1,77 @@
+#include "core/response_cache.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace hvdc {
+
+uint64_t ResponseCache::EntryHash(uint32_t bit, const std::string& name) {
+  // XOR of per-entry hashes: order independent, updated in O(1) on put and erase.
+  uint64_t h = std::hash<std::string>()(name);
+  return (h ^ (0x9e3779b97f4a7c15ULL * (bit + 1))) * 0xff51afd7ed558ccdULL;
+}
+
+ResponseCache::Lookup ResponseCache::Find(const Request& q, int set_rank, uint32_t* bit) const {
+  auto it = by_name_.find(q.name);
+  if (it == by_name_.end()) return Lookup::kMiss;
+  const Response& p = slots_[it->second].response;
+  bool same = p.op == q.op && p.dtype == q.dtype && p.device == q.device &&
+              p.reduce_op == q.reduce_op && p.prescale == q.prescale &&
+              p.postscale == q.postscale && p.group_size == q.group_size && p.group == q.group;
+  if (same) {
+    switch (q.op) {
+      case OpType::kAllgather:
+        same = set_rank < static_cast<int>(p.first_dims.size()) && !q.shape.empty() &&
+               p.first_dims[set_rank] == q.shape[0] && p.shape.size() == q.shape.size() &&
+               std::equal(q.shape.begin() + 1, q.shape.end(), p.shape.begin() + 1);
+        break;
+      case OpType::kBroadcast:
+        same = p.shape == q.shape && p.root_rank == q.root_rank;
+        break;
+      default:
+        same = p.shape == q.shape;
+    }
+  }
+  *bit = it->second;
+  return same ? Lookup::kHit : Lookup::kMismatch;
+}
+
+void ResponseCache::Put(const Response& response) {
+  if (capacity_ <= 0 || response.error_code != StatusCode::kOk) return;
+  if (response.op == OpType::kJoin || response.op == OpType::kAlltoall) return;
+  auto existing = by_name_.find(response.name);
+  if (existing != by_name_.end()) Erase(existing->second);
+  uint32_t bit;
+  if (static_cast<int64_t>(by_name_.size()) >= capacity_) {
+    bit = lru_.back();
+    Erase(bit);
+  } else {
+    bit = 0;
+    while (bit < slots_.size() && slots_[bit].used) ++bit;
+  }
+  if (bit >= slots_.size()) slots_.resize(bit + 1);
+  Slot& slot = slots_[bit];
+  slot.used = true;
+  slot.response = response;
+  lru_.push_front(bit);
+  slot.lru = lru_.begin();
+  by_name_[response.name] = bit;
+  hash_ ^= EntryHash(bit, response.name);
+}
+
+void ResponseCache::Touch(uint32_t bit) {
+  if (!Has(bit)) return;
+  lru_.splice(lru_.begin(), lru_, slots_[bit].lru);
+}
+
+void ResponseCache::Erase(uint32_t bit) {
+  if (!Has(bit)) return;
+  Slot& slot = slots_[bit];
+  hash_ ^= EntryHash(bit, slot.response.name);
+  by_name_.erase(slot.response.name);
+  lru_.erase(slot.lru);
+  slot.used = false;
+  slot.response = Response();
+}
+
+}  // namespace hvdc

@@ -1,0 +1,52 @@
+// ResponseCache: negotiated tensors get a small integer id (a bit) so that steady-state readiness
+// is one bitwise AND over ranks instead of a gather. Every rank holds an identical copy: it changes
+// only while processing the ordered responses of a round (same inputs, same order, same result),
+// and the controller verifies that with a hash exchanged in every round.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/message.h"
+
+namespace hvdc {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(int64_t capacity) : capacity_(capacity) {}
+
+  enum class Lookup { kMiss, kHit, kMismatch };
+  // kHit: `request` (from this set rank) matches the cached response for its name; kMismatch: the
+  // name is cached with other parameters (the entry must be invalidated everywhere).
+  Lookup Find(const Request& request, int set_rank, uint32_t* bit) const;
+  // Caches a successful response (replacing the least recently used one when full).
+  void Put(const Response& response);
+  const Response& Get(uint32_t bit) const { return slots_[bit].response; }
+  bool Has(uint32_t bit) const { return bit < slots_.size() && slots_[bit].used; }
+  void Touch(uint32_t bit);
+  void Erase(uint32_t bit);
+
+  int64_t capacity() const { return capacity_; }
+  size_t words() const { return (static_cast<size_t>(capacity_) + 63) / 64; }
+  // Changes whenever the contents change; equal on every rank when the copies agree.
+  uint64_t hash() const { return hash_; }
+
+ private:
+  struct Slot {
+    bool used = false;
+    Response response;
+    std::list<uint32_t>::iterator lru;
+  };
+  static uint64_t EntryHash(uint32_t bit, const std::string& name);
+
+  int64_t capacity_;
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, uint32_t> by_name_;
+  std::list<uint32_t> lru_;  // front = most recently used
+  uint64_t hash_ = 0;
+};
+
+}  // namespace hvdc

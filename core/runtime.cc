@@ -1,0 +1,641 @@
+#include "core/runtime.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <numeric>
+
+#include "core/c_api.h"
+#include "core/fusion_planner.h"
+#include "core/logging.h"
+
+namespace hvdc {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+constexpr const char* kShutDownMessage =
+    "Horovod has been shut down. This happens when one of the ranks called shutdown() or exited "
+    "(for instance after an exception; look for it in that rank's log), or when a collective is "
+    "used after shutdown.";
+
+std::chrono::steady_clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s));
+}
+
+uint64_t HashRanks(const std::vector<int>& ranks) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int r : ranks) h = (h ^ static_cast<uint64_t>(r + 1)) * 1099511628211ULL;
+  return h ^ ranks.size();
+}
+
+}  // namespace
+
+Runtime::Runtime(Config config, std::unique_ptr<Transport> transport,
+                 std::vector<Backend*> backends)
+    : config_(std::move(config)),
+      transport_(std::move(transport)),
+      backends_(std::move(backends)),
+      timer_(io_) {
+  // Idle ranks still join a round now and then, so a tensor some ranks wait for is reported
+  // with the ranks that never submitted it, and a shutdown reaches everyone.
+  double hb = config_.stall_check_disable ? 1.0 : config_.stall_check_time_s / 4;
+  heartbeat_ = Seconds(std::clamp(hb, 0.05, 1.0));
+}
+
+Status Runtime::Create(Config config, std::unique_ptr<Transport> transport,
+                       std::vector<Backend*> backends,
+                       const std::vector<std::vector<int>>& extra_sets,
+                       std::unique_ptr<Runtime>* out) {
+  std::unique_ptr<Runtime> rt(
+      new Runtime(std::move(config), std::move(transport), std::move(backends)));
+  const Topology& topo = rt->topology();
+  SetLogOptions(rt->config_.log_level, rt->config_.log_hide_time, topo.rank);
+  LogDebug("effective configuration:\n{}", rt->config_.Describe());
+  std::vector<int> all(topo.size);
+  std::iota(all.begin(), all.end(), 0);
+  HVDC_RETURN_IF_ERROR(rt->CreateSet(0, all));
+  for (size_t i = 0; i < extra_sets.size(); ++i) {
+    std::vector<int> ranks = extra_sets[i];
+    std::sort(ranks.begin(), ranks.end());
+    bool valid = !ranks.empty() && std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+                 ranks.front() >= 0 && ranks.back() < topo.size;
+    if (!valid) {
+      return Status::InvalidArgument(fmt::format(
+          "process set {} at init has invalid ranks {} (world size {})", i + 1, ranks, topo.size));
+    }
+    for (const auto& [id, st] : rt->sets_) {
+      if (st->ranks == ranks) {
+        return Status::InvalidArgument(
+            fmt::format("process set {} at init duplicates process set {}", ranks, id));
+      }
+    }
+    HVDC_RETURN_IF_ERROR(rt->CreateSet(static_cast<int>(i) + 1, ranks));
+  }
+  if (!rt->config_.timeline_path.empty() && rt->config_.timeline_path != "DYNAMIC") {
+    HVDC_RETURN_IF_ERROR(rt->timeline_.Start(rt->config_.timeline_path,
+                                             rt->config_.timeline_mark_cycles, topo.rank));
+  }
+  Runtime* r = rt.get();
+  r->control_thread_ = std::thread([r] {
+    const auto& aff = r->config_.thread_affinity;
+    const int local = r->topology().local_rank;
+    if (!aff.empty()) {
+      if (static_cast<int>(aff.size()) <= local) {
+        LogError("HOROVOD_THREAD_AFFINITY lists {} cores for {} local ranks; not pinning",
+                 aff.size(), r->topology().local_size);
+      } else {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(aff[local], &set);
+        if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) {
+          LogError("could not pin the control thread to core {}", aff[local]);
+        }
+      }
+    }
+    auto guard = boost::asio::make_work_guard(r->io_);
+    r->io_.run();
+  });
+  r->Wake();
+  *out = std::move(rt);
+  return Status::OK();
+}
+
+Runtime::~Runtime() { Shutdown(); }
+
+Status Runtime::CreateSet(int id, std::vector<int> ranks) {
+  auto st = std::make_shared<SetState>();
+  st->id = id;
+  st->ranks = ranks;
+  HVDC_RETURN_IF_ERROR(transport_->CreateProcessSet(ranks, &st->channels));
+  auto it = std::find(ranks.begin(), ranks.end(), topology().rank);
+  if (it != ranks.end()) {
+    if (!st->channels.control || !st->channels.data) {
+      return Status::UnknownError(fmt::format("process set {}: no channels for a member", id));
+    }
+    st->set_rank = static_cast<int>(it - ranks.begin());
+    st->controller =
+        std::make_unique<Controller>(id, config_, st->channels.control.get(), &timeline_, ranks);
+    st->executor = std::make_unique<Executor>(
+        id, config_, st->channels.data.get(), &timeline_, &backends_, &st->queue,
+        [this] { Wake(); }, transport_->threads_supported());
+    st->last_round_end = Clock::now();
+  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_[id] = std::move(st);
+  return Status::OK();
+}
+
+std::shared_ptr<Runtime::SetState> Runtime::FindSet(int id) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second;
+}
+
+Status Runtime::ShutdownStatus() const {
+  return Status::UnknownError(down_reason_.empty() ? kShutDownMessage : down_reason_);
+}
+
+Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
+                        Completion::Callback done) {
+  if (down_.load()) return ShutdownStatus();
+  if (items.empty()) return Status::InvalidArgument("nothing to enqueue");
+  std::shared_ptr<SetState> st = FindSet(process_set_id);
+  if (!st) {
+    return Status::InvalidArgument(fmt::format(
+        "process set {} is not known (not registered on this rank, or removed)", process_set_id));
+  }
+  if (st->set_rank < 0) {
+    return Status::InvalidArgument(
+        fmt::format("rank {} is not a member of process set {} (ranks {})", topology().rank,
+                    process_set_id, st->ranks));
+  }
+  const int n = static_cast<int>(st->ranks.size());
+  auto completion = std::make_shared<Completion>(static_cast<int>(items.size()), std::move(done));
+  std::vector<std::shared_ptr<TensorEntry>> entries;
+  const auto now = Clock::now();
+  const std::string group = items.size() > 1 ? items.front().request.name : std::string();
+  for (auto& item : items) {
+    Request& q = item.request;
+    const std::string& name = q.name;
+    if (name.empty() && q.op != OpType::kJoin && q.op != OpType::kBarrier) {
+      return Status::InvalidArgument("a collective needs a non-empty tensor name");
+    }
+    switch (q.op) {
+      case OpType::kJoin:
+        if (process_set_id != 0)
+          return Status::InvalidArgument("join() works on the global set only");
+        q.name = "join.noname";
+        break;
+      case OpType::kBarrier:
+        if (q.name.empty()) q.name = "barrier";
+        break;
+      case OpType::kBroadcast: {
+        auto it = std::find(st->ranks.begin(), st->ranks.end(), q.root_rank);
+        if (it == st->ranks.end()) {
+          return Status::InvalidArgument(
+              fmt::format("broadcast of '{}': root rank {} is not in process set {} (ranks {})",
+                          name, q.root_rank, process_set_id, st->ranks));
+        }
+        q.root_rank = static_cast<int32_t>(it - st->ranks.begin());
+        break;
+      }
+      case OpType::kAlltoall: {
+        if (q.shape.empty()) {
+          return Status::InvalidArgument(
+              fmt::format("alltoall of '{}': the tensor must have at "
+                          "least one dimension",
+                          name));
+        }
+        const int64_t dim0 = q.shape[0];
+        if (q.splits.empty()) {
+          if (dim0 % n != 0) {
+            return Status::InvalidArgument(fmt::format(
+                "alltoall of '{}': dimension 0 ({}) is not divisible by the number of ranks ({}); "
+                "pass splits",
+                name, dim0, n));
+          }
+          q.splits.assign(n, static_cast<int32_t>(dim0 / n));
+        } else {
+          if (static_cast<int>(q.splits.size()) != n) {
+            return Status::InvalidArgument(
+                fmt::format("alltoall of '{}': {} splits given for a process set of {} ranks", name,
+                            q.splits.size(), n));
+          }
+          int64_t sum = 0;
+          for (int32_t s : q.splits) {
+            if (s < 0) {
+              return Status::InvalidArgument(
+                  fmt::format("alltoall of '{}': negative split {}", name, s));
+            }
+            sum += s;
+          }
+          if (sum > dim0) {
+            return Status::InvalidArgument(fmt::format(
+                "alltoall of '{}': splits sum to {}, more than dimension 0 ({})", name, sum, dim0));
+          }
+        }
+        break;
+      }
+      case OpType::kReducescatter:
+      case OpType::kAllgather:
+        if (q.shape.empty()) {
+          return Status::InvalidArgument(fmt::format(
+              "{} of '{}': the tensor must have at least one dimension", OpTypeName(q.op), name));
+        }
+        break;
+      case OpType::kAllreduce:
+        break;
+    }
+    for (int64_t d : q.shape) {
+      if (d < 0) {
+        return Status::InvalidArgument(
+            fmt::format("tensor '{}' has a negative dimension: {}", name, ShapeString(q.shape)));
+      }
+    }
+    if (items.size() > 1) {
+      q.group_size = static_cast<int32_t>(items.size());
+      q.group = group;
+    }
+    auto e = std::make_shared<TensorEntry>();
+    e->request = std::move(q);
+    e->process_set_id = process_set_id;
+    e->input = item.input;
+    e->output = item.output;
+    e->allocate = std::move(item.allocate);
+    e->received_splits = item.received_splits;
+    e->join_last_rank = item.join_last_rank;
+    e->completion = completion;
+    e->enqueued_at = now;
+    entries.push_back(std::move(e));
+  }
+  HVDC_RETURN_IF_ERROR(st->queue.Push(std::move(entries)));
+  Wake();
+  return Status::OK();
+}
+
+void Runtime::Wake() {
+  if (!wake_posted_.exchange(true)) {
+    boost::asio::post(io_, [this] { OnWake(); });
+  }
+}
+
+bool Runtime::ShouldStart(SetState& st, Clock::time_point now, Clock::time_point* wake_at) {
+  Controller& c = *st.controller;
+  if (c.has_unsent()) {
+    if (!c.shutdown_requested() && st.executor->busy()) {
+      // Let tensors accumulate while a batch runs (the executor wakes us when it is idle).
+      const auto deadline = st.first_unsent + Seconds(config_.cycle_time_ms / 1000.0);
+      if (now < deadline) {
+        *wake_at = std::min(*wake_at, deadline);
+        return false;
+      }
+    }
+    return true;
+  }
+  if (c.has_pending()) {
+    if (now >= st.next_retry) return true;
+    *wake_at = std::min(*wake_at, st.next_retry);
+    return false;
+  }
+  const auto hb = st.last_round_end + heartbeat_;
+  if (now >= hb) return true;
+  *wake_at = std::min(*wake_at, hb);
+  return false;
+}
+
+void Runtime::OnWake() {
+  wake_posted_.store(false);
+  const auto spin_until = Clock::now() + microseconds(30);
+  for (;;) {
+    std::vector<std::shared_ptr<SetState>> sets;
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      for (auto& [id, st] : sets_) {
+        if (st->set_rank >= 0 && !st->closed) sets.push_back(st);
+      }
+    }
+    const auto now = Clock::now();
+    auto wake_at = now + std::chrono::hours(1);
+    bool any_in_round = false;
+    for (auto& sp : sets) {
+      SetState& st = *sp;
+      Controller& c = *st.controller;
+      auto incoming = st.queue.Drain();
+      if (!incoming.empty() && !c.has_unsent()) st.first_unsent = now;
+      for (auto& e : incoming) c.Submit(std::move(e));
+      for (int k = 0; k < 8 && !st.closed; ++k) {
+        if (!c.in_round()) {
+          if (!ShouldStart(st, now, &wake_at)) break;
+          c.StartRound(now);
+          st.poll_delay = Clock::duration::zero();
+          st.next_poll = now;
+        }
+        RoundResult result;
+        if (!c.Poll(now, &result)) break;
+        HandleResult(st, result, now);
+      }
+      if (!st.closed && c.in_round()) {
+        any_in_round = true;
+        CheckRoundDeadline(st, now);
+      }
+    }
+    if (finished_ || (shutting_down_ &&
+                      std::all_of(sets.begin(), sets.end(), [](auto& s) { return s->closed; }))) {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      finished_ = true;
+      state_cv_.notify_all();
+      io_.stop();
+      return;
+    }
+    if (any_in_round && Clock::now() < spin_until) continue;
+    for (auto& sp : sets) {
+      SetState& st = *sp;
+      if (st.closed || !st.controller->in_round()) continue;
+      if (now >= st.next_poll) {
+        const bool busy =
+            st.controller->has_pending() || st.controller->has_unsent() || shutting_down_;
+        const Clock::duration cap = busy ? milliseconds(1) : milliseconds(10);
+        st.poll_delay = std::clamp<Clock::duration>(st.poll_delay * 2, microseconds(10), cap);
+        st.next_poll = now + st.poll_delay;
+      }
+      wake_at = std::min(wake_at, st.next_poll);
+    }
+    timer_.expires_at(wake_at);
+    timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) OnWake();
+    });
+    return;
+  }
+}
+
+void Runtime::HandleResult(SetState& st, RoundResult& result, Clock::time_point now) {
+  st.last_round_end = now;
+  const bool progress = !result.ready.empty() || result.exchanged_requests;
+  st.retry_backoff = progress ? Clock::duration::zero()
+                              : std::clamp<Clock::duration>(st.retry_backoff * 2, microseconds(50),
+                                                            milliseconds(1));
+  st.next_retry = now + st.retry_backoff;
+  if (!result.ready.empty()) {
+    st.executor->Submit(PlanBatches(std::move(result.ready), config_, st.controller->size()));
+  }
+  if (result.shutdown) {
+    if (st.removing && !shutting_down_) {
+      CloseSet(st, Status::InvalidArgument(fmt::format("process set {} was removed", st.id)));
+      st.removed.set_value();
+      return;
+    }
+    BeginShutdown(result.shutdown_reason);
+    CloseSet(st, ShutdownStatus());
+  }
+}
+
+void Runtime::BeginShutdown(const std::string& reason) {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  shutdown_started_ = Clock::now();
+  shutdown_reason_ = reason;
+  down_reason_ = reason.empty() ? kShutDownMessage : reason;
+  down_.store(true);
+  if (!reason.empty()) LogError("{}", reason);
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (auto& [id, st] : sets_) {
+    st->queue.Close(ShutdownStatus());
+    if (st->set_rank >= 0 && !st->closed) st->controller->RequestShutdown(reason);
+  }
+}
+
+void Runtime::CloseSet(SetState& st, const Status& why) {
+  st.closed = true;
+  st.queue.Close(why);
+  auto pending = st.controller->TakeAllPending();
+  for (auto& e : st.queue.Drain()) pending.push_back(std::move(e));
+  if (pending.empty()) return;
+  // Fail them on the executor, after every batch already agreed (callbacks never run here).
+  Batch failed;
+  failed.error_code = why.code();
+  failed.error_message = why.message();
+  for (auto& e : pending) {
+    Response r;
+    r.name = e->request.name;
+    failed.items.push_back(BatchItem{std::move(r), std::move(e)});
+  }
+  std::vector<Batch> batches;
+  batches.push_back(std::move(failed));
+  st.executor->Submit(std::move(batches));
+}
+
+void Runtime::CheckRoundDeadline(SetState& st, Clock::time_point now) {
+  const auto waited = now - st.controller->round_started();
+  const double waited_s = std::chrono::duration<double>(waited).count();
+  if (!config_.stall_check_disable && waited > Seconds(config_.stall_check_time_s) &&
+      now - st.round_warned > Seconds(config_.stall_check_time_s)) {
+    LogWarning(
+        "process set {}: a negotiation round has waited {:.1f} s for the other ranks {} to take "
+        "part; one of them may be stuck outside horovod_compat, or dead",
+        st.id, waited_s, st.ranks);
+    st.round_warned = now;
+  }
+  if (config_.stall_shutdown_time_s > 0 &&
+      waited > Seconds(config_.stall_shutdown_time_s) + heartbeat_ + std::chrono::seconds(1)) {
+    Abandon(fmt::format(
+        "process set {}: ranks {} did not take part in negotiation for {:.1f} s "
+        "(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={}); a rank is stuck or dead. Shutting down.",
+        st.id, st.ranks, waited_s, config_.stall_shutdown_time_s));
+  }
+  if (shutting_down_ && now - shutdown_started_ > std::chrono::seconds(60)) {
+    Abandon(
+        fmt::format("shutdown: process set {} (ranks {}) did not complete its last "
+                    "negotiation round within 60 s; a rank is stuck or dead",
+                    st.id, st.ranks));
+  }
+}
+
+void Runtime::Abandon(const std::string& reason) {
+  LogError("{}", reason);
+  if (!shutting_down_) {
+    down_reason_ = reason;
+    down_.store(true);
+  }
+  shutting_down_ = true;
+  const Status why = Status::UnknownError(reason);
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (auto& [id, st] : sets_) {
+    st->queue.Close(why);
+    if (st->set_rank < 0 || st->closed) continue;
+    st->closed = true;
+    auto pending = st->controller->TakeAllPending();
+    for (auto& e : st->queue.Drain()) pending.push_back(std::move(e));
+    // Peers are gone: the executor may never return, so fail these here.
+    for (auto& e : pending) {
+      st->queue.Release(e->request.name);
+      e->completion->MemberDone(why);
+    }
+  }
+  std::lock_guard<std::mutex> state_lock(state_mu_);
+  abandoned_ = true;
+}
+
+template <typename F>
+auto Runtime::OnControlThread(F&& fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  std::packaged_task<R()> task(std::forward<F>(fn));
+  auto future = task.get_future();
+  boost::asio::post(io_, [&task] { task(); });
+  return future.get();
+}
+
+int Runtime::AddProcessSet(std::vector<int> ranks) {
+  if (!config_.dynamic_process_sets) return HVDC_PROCESS_SET_ERROR_DYNAMIC;
+  if (down_.load()) return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
+  std::sort(ranks.begin(), ranks.end());
+  const bool valid = !ranks.empty() &&
+                     std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+                     ranks.front() >= 0 && ranks.back() < topology().size;
+  return OnControlThread([&]() -> int {
+    bool equal = false;
+    Status s = transport_->CheckAgreement(HashRanks(valid ? ranks : std::vector<int>{-1}), &equal);
+    if (!s.ok() || !equal || !valid) {
+      LogError("add_process_set({}): {}", ranks,
+               !s.ok()  ? s.message()
+               : !valid ? "invalid ranks"
+                        : "ranks passed different lists");
+      return HVDC_PROCESS_SET_ERROR_INIT;
+    }
+    int id = 1;
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      for (auto& [sid, st] : sets_) {
+        if (st->ranks == ranks) return HVDC_PROCESS_SET_ERROR_EXISTING_SET;
+      }
+      while (sets_.count(id)) ++id;
+    }
+    s = CreateSet(id, ranks);
+    if (!s.ok()) {
+      LogError("add_process_set({}): {}", ranks, s.message());
+      return HVDC_PROCESS_SET_ERROR_INIT;
+    }
+    Wake();
+    return id;
+  });
+}
+
+int Runtime::RemoveProcessSet(int id) {
+  if (!config_.dynamic_process_sets) return HVDC_PROCESS_SET_ERROR_DYNAMIC;
+  if (down_.load()) return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
+  std::shared_ptr<SetState> st = FindSet(id);
+  if (!st || id == 0) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+  std::future<void> removed = st->removed.get_future();
+  int rc = OnControlThread([&]() -> int {
+    bool equal = false;
+    Status s = transport_->CheckAgreement(static_cast<uint64_t>(id), &equal);
+    if (!s.ok() || !equal) return HVDC_PROCESS_SET_ERROR_INIT;
+    if (st->set_rank >= 0) {
+      st->removing = true;
+      st->controller->RequestShutdown("");
+      Wake();
+    }
+    return 0;
+  });
+  if (rc != 0) return rc;
+  if (st->set_rank >= 0) {
+    removed.wait();
+    st->executor->Stop();
+  }
+  OnControlThread([&] {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets_.erase(id);
+    st->channels = ProcessSetChannels();  // frees the communicators on the control thread
+    return 0;
+  });
+  return 0;
+}
+
+int Runtime::ProcessSetRank(int id) const {
+  auto st = FindSet(id);
+  if (!st) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+  return st->set_rank >= 0 ? st->set_rank : HVDC_PROCESS_SET_ERROR_FOREIGN_SET;
+}
+
+int Runtime::ProcessSetSize(int id) const {
+  auto st = FindSet(id);
+  return st ? static_cast<int>(st->ranks.size()) : HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+}
+
+int Runtime::ProcessSetIncluded(int id) const {
+  auto st = FindSet(id);
+  if (!st) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+  return st->set_rank >= 0 ? 1 : 0;
+}
+
+std::vector<int> Runtime::ProcessSetIds() const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  std::vector<int> ids;
+  for (auto& [id, st] : sets_) ids.push_back(id);
+  return ids;
+}
+
+int Runtime::ProcessSetRanks(int id, std::vector<int>* ranks) const {
+  auto st = FindSet(id);
+  if (!st) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+  *ranks = st->ranks;
+  return 0;
+}
+
+Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (config_.timeline_path.empty()) {
+    return Status::InvalidArgument(
+        "Set HOROVOD_TIMELINE=DYNAMIC (or a file path) before init() to use start_timeline()");
+  }
+  timeline_.Stop();
+  return timeline_.Start(path, mark_cycles, topology().rank);
+}
+
+Status Runtime::StopTimeline() {
+  timeline_.Stop();
+  return Status::OK();
+}
+
+Status Runtime::Shutdown() {
+  if (shutdown_called_.exchange(true)) return Status::OK();
+  boost::asio::post(io_, [this] {
+    BeginShutdown("");
+    Wake();
+  });
+  {
+    std::unique_lock<std::mutex> lock(state_mu_);
+    const double limit = std::max(60.0, config_.stall_shutdown_time_s + 10);
+    if (!state_cv_.wait_for(lock, Seconds(limit), [&] { return finished_; })) {
+      lock.unlock();
+      boost::asio::post(io_, [this, limit] {
+        Abandon(
+            fmt::format("shutdown did not complete within {:.0f} s: a peer rank is stuck or "
+                        "dead",
+                        limit));
+        std::lock_guard<std::mutex> l(state_mu_);
+        finished_ = true;
+        io_.stop();
+      });
+    }
+  }
+  if (control_thread_.joinable()) control_thread_.join();
+  bool abandoned;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    abandoned = abandoned_;
+  }
+  std::vector<std::shared_ptr<SetState>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, st] : sets_) sets.push_back(st);
+  }
+  for (auto& st : sets) {
+    if (!st->executor) continue;
+    if (abandoned && st->executor->busy()) {
+      // Stuck in communication with a dead peer: leave the thread and its channels behind.
+      (void)st->executor.release();
+      (void)st->channels.control.release();
+      (void)st->channels.data.release();
+      continue;
+    }
+    st->executor->Stop();
+  }
+  timeline_.Stop();
+  if (!abandoned) {
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      sets_.clear();
+    }
+    sets.clear();
+    transport_->Finalize();
+  }
+  return Status::OK();
+}
+
+}  // namespace hvdc

@@ -1,0 +1,139 @@
+// Runtime: the one object that owns everything -- config, transport, process sets (each with its
+// queue, controller and executor), backends, timeline and the control thread. No other globals:
+// tests build several runtimes in one process (threads as ranks).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/controller.h"
+#include "core/executor.h"
+#include "core/tensor_queue.h"
+#include "core/timeline.h"
+#include "core/transport.h"
+
+namespace hvdc {
+
+// One tensor of an hvdc_enqueue call, already translated from the C structs.
+struct EnqueueItem {
+  Request request;  // root_rank is still a global rank here
+  const void* input = nullptr;
+  void* output = nullptr;
+  Allocator allocate;
+  int32_t* received_splits = nullptr;
+  int32_t* join_last_rank = nullptr;
+};
+
+class Runtime {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  static Status Create(Config config, std::unique_ptr<Transport> transport,
+                       std::vector<Backend*> backends,
+                       const std::vector<std::vector<int>>& extra_sets,
+                       std::unique_ptr<Runtime>* out);
+  ~Runtime();
+
+  const Topology& topology() const { return transport_->topology(); }
+  const Config& config() const { return config_; }
+  const Transport& transport() const { return *transport_; }
+
+  // Validates and queues the items (a group when more than one); `done` runs exactly once after
+  // the last completes -- unless this returns an error, in which case it never runs.
+  Status Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items, Completion::Callback done);
+
+  // Process sets: return an id / 0, or a negative hvdc_process_set_error code.
+  int AddProcessSet(std::vector<int> ranks);
+  int RemoveProcessSet(int id);
+  int ProcessSetRank(int id) const;
+  int ProcessSetSize(int id) const;
+  int ProcessSetIncluded(int id) const;
+  std::vector<int> ProcessSetIds() const;
+  int ProcessSetRanks(int id, std::vector<int>* ranks) const;
+
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  Status StopTimeline();
+
+  // Drains or fails everything pending, stops every thread. Idempotent.
+  Status Shutdown();
+
+ private:
+  struct SetState {
+    int id = 0;
+    std::vector<int> ranks;  // world ranks, sorted
+    int set_rank = -1;       // -1: this rank is not a member
+    ProcessSetChannels channels;
+    TensorQueue queue;
+    std::unique_ptr<Controller> controller;
+    std::unique_ptr<Executor> executor;
+    // Control-thread bookkeeping.
+    bool closed = false;
+    bool removing = false;
+    std::promise<void> removed;
+    Clock::time_point first_unsent{};
+    Clock::time_point next_retry{};
+    Clock::time_point last_round_end{};
+    Clock::duration retry_backoff{};
+    Clock::duration poll_delay{};
+    Clock::time_point next_poll{};
+    Clock::time_point round_warned{};
+  };
+
+  Runtime(Config config, std::unique_ptr<Transport> transport, std::vector<Backend*> backends);
+  Status CreateSet(int id, std::vector<int> ranks);
+  std::shared_ptr<SetState> FindSet(int id) const;
+  template <typename F>
+  auto OnControlThread(F&& fn) -> decltype(fn());
+
+  // Control thread.
+  void Wake();  // from any thread
+  void OnWake();
+  bool ShouldStart(SetState& st, Clock::time_point now, Clock::time_point* wake_at);
+  void HandleResult(SetState& st, RoundResult& result, Clock::time_point now);
+  void BeginShutdown(const std::string& reason);
+  void CloseSet(SetState& st, const Status& why);
+  void CheckRoundDeadline(SetState& st, Clock::time_point now);
+  void Abandon(const std::string& reason);
+  Status ShutdownStatus() const;
+
+  Config config_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<Backend*> backends_;
+  Timeline timeline_;
+  Clock::duration heartbeat_;
+
+  mutable std::mutex sets_mu_;  // guards sets_ (the map; each SetState has its own locking)
+  std::map<int, std::shared_ptr<SetState>> sets_;
+
+  boost::asio::io_context io_;
+  boost::asio::steady_timer timer_;
+  std::atomic<bool> wake_posted_{false};
+  std::thread control_thread_;
+
+  // Control thread only.
+  bool shutting_down_ = false;
+  std::string shutdown_reason_;
+  Clock::time_point shutdown_started_{};
+
+  std::mutex state_mu_;  // guards finished_, abandoned_ (with state_cv_)
+  std::condition_variable state_cv_;
+  bool finished_ = false;   // the control thread has closed every set
+  bool abandoned_ = false;  // gave up on peers: threads may be stuck in communication
+  std::atomic<bool> shutdown_called_{false};
+  std::atomic<bool> down_{false};  // enqueue refuses once set
+  std::string down_reason_;        // written before down_ is set
+};
+
+}  // namespace hvdc

@@ -1,0 +1,54 @@
+// Status: the error type used everywhere inside the core. Codes map one to one onto the C API codes
+// (c_api.h) and, in Python, onto the exception classes Horovod raises (API.md 1.11).
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace hvdc {
+
+enum class StatusCode : int {
+  kOk = 0,
+  kUnknownError = 1,       // TF UnknownError; also "the runtime has shut down"
+  kPreconditionError = 2,  // cross-rank mismatch, not initialized
+  kAborted = 3,            // unsupported operation detected by the coordinator
+  kInvalidArgument = 4,    // bad arguments detected at enqueue
+  kInProgress = 5,
+};
+
+class Status {
+ public:
+  Status() = default;
+  static Status OK() { return Status(); }
+  static Status UnknownError(std::string msg) {
+    return {StatusCode::kUnknownError, std::move(msg)};
+  }
+  static Status PreconditionError(std::string msg) {
+    return {StatusCode::kPreconditionError, std::move(msg)};
+  }
+  static Status Aborted(std::string msg) { return {StatusCode::kAborted, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {StatusCode::kInvalidArgument, std::move(msg)};
+  }
+  static Status InProgress() { return {StatusCode::kInProgress, ""}; }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  std::string ToString() const;
+
+ private:
+  Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+const char* StatusCodeName(StatusCode code);
+
+}  // namespace hvdc
+
+#define HVDC_RETURN_IF_ERROR(expr)     \
+  do {                                 \
+    ::hvdc::Status _hvdc_s = (expr);   \
+    if (!_hvdc_s.ok()) return _hvdc_s; \
+  } while (0)

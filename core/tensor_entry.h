@@ -1,0 +1,62 @@
+// TensorEntry: one enqueued tensor, from hvdc_enqueue until its callback has run.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/message.h"
+#include "core/status.h"
+
+namespace hvdc {
+
+// Runs the user's callback once, after the last member of a group completes, with the first error.
+class Completion {
+ public:
+  using Callback = std::function<void(const Status&)>;
+  Completion(int members, Callback cb) : remaining_(members), callback_(std::move(cb)) {}
+  void MemberDone(const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!s.ok() && first_error_.ok()) first_error_ = s;
+    }
+    if (remaining_.fetch_sub(1) == 1) {
+      Status final_status;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        final_status = first_error_;
+      }
+      callback_(final_status);
+    }
+  }
+
+ private:
+  std::atomic<int> remaining_;
+  Callback callback_;
+  std::mutex mu_;  // guards first_error_
+  Status first_error_;
+};
+
+using Allocator = std::function<void*(const Shape& shape)>;
+
+struct TensorEntry {
+  Request request;
+  int32_t process_set_id = 0;
+  const void* input = nullptr;
+  void* output = nullptr;  // allreduce/broadcast: caller's buffer; others: set by Allocate()
+  Allocator allocate;      // allgather, alltoall, reducescatter
+  int32_t* received_splits = nullptr;
+  int32_t* join_last_rank = nullptr;
+  std::shared_ptr<Completion> completion;
+  std::chrono::steady_clock::time_point enqueued_at;
+
+  // Set by the control thread.
+  bool sent_full = false;  // the coordinator holds this tensor's full request
+  bool is_cached = false;  // negotiated through the cache bit `cache_bit`
+  uint32_t cache_bit = 0;
+};
+
+}  // namespace hvdc

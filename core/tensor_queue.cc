@@ -1,0 +1,42 @@
+#include "core/tensor_queue.h"
+
+namespace hvdc {
+
+Status TensorQueue::Push(std::vector<std::shared_ptr<TensorEntry>> entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return closed_status_;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string& name = entries[i]->request.name;
+    bool dup_in_group = false;
+    for (size_t j = 0; j < i; ++j) dup_in_group |= entries[j]->request.name == name;
+    if (dup_in_group || in_flight_.count(name)) {
+      return Status::InvalidArgument(
+          "Requested to collective-process tensor '" + name +
+          "', but a tensor with the same name is already in flight (names must be unique among "
+          "tensors not yet completed)");
+    }
+  }
+  for (auto& e : entries) {
+    in_flight_.insert(e->request.name);
+    incoming_.push_back(std::move(e));
+  }
+  return Status::OK();
+}
+
+std::vector<std::shared_ptr<TensorEntry>> TensorQueue::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::move(incoming_);
+}
+
+void TensorQueue::Release(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_.erase(name);
+}
+
+void TensorQueue::Close(Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  closed_status_ = std::move(status);
+}
+
+}  // namespace hvdc

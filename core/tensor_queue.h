@@ -1,0 +1,35 @@
+// TensorQueue: the hand-off from user threads (hvdc_enqueue) to the control thread, per process
+// set. It also owns the set of in-flight names, so a second tensor with the same name is rejected
+// at enqueue while the first has not completed.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor_entry.h"
+
+namespace hvdc {
+
+class TensorQueue {
+ public:
+  // Adds every entry or none (a group is all-or-nothing). Fails on a duplicate in-flight name.
+  Status Push(std::vector<std::shared_ptr<TensorEntry>> entries);
+  std::vector<std::shared_ptr<TensorEntry>> Drain();
+  // Called once an entry's callback is about to run: its name may be used again.
+  void Release(const std::string& name);
+  // Refuses every later Push with `status` (at shutdown).
+  void Close(Status status);
+
+ private:
+  std::mutex mu_;  // guards everything below
+  std::vector<std::shared_ptr<TensorEntry>> incoming_;
+  std::unordered_set<std::string> in_flight_;
+  bool closed_ = false;
+  Status closed_status_;
+};
+
+}  // namespace hvdc

@@ -1,0 +1,48 @@
+// Transport: where ranks come from and how a process set gets its channels. One per Runtime.
+// mpi_controller/ provides the MPI transport; local_transport.h provides the no-launcher
+// (rank 0 of 1) and threads-as-ranks transports.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/control_channel.h"
+#include "core/host_comm.h"
+#include "core/status.h"
+
+namespace hvdc {
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  bool homogeneous = true;
+};
+
+struct ProcessSetChannels {
+  std::unique_ptr<ControlChannel> control;
+  std::unique_ptr<HostComm> data;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const Topology& topology() const = 0;
+  virtual const char* name() const = 0;  // "mpi", "local"
+  virtual bool is_mpi() const = 0;
+  // True when control and execution may run on separate threads (MPI_THREAD_MULTIPLE).
+  virtual bool threads_supported() const = 0;
+  // Collective over the whole world, called in the same order on every rank: creates the channels
+  // for the set of (sorted, distinct) world ranks. Ranks outside the set get null channels.
+  virtual Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) = 0;
+  // Collective over the world: every rank passes a value; *all_equal says whether they agree.
+  virtual Status CheckAgreement(uint64_t value, bool* all_equal) = 0;
+  // Releases MPI (managed mode) or nothing; called once after every thread has stopped.
+  virtual void Finalize() = 0;
+};
+
+}  // namespace hvdc

@@ -1,0 +1,26 @@
+// What this build contains (the hook core/builtin.h declares): the host backend over MPI or the
+// in-memory world, and the NCCL backend when it was built.
+#include "core/build_config.h"
+#include "core/builtin.h"
+#include "mpi_controller/mpi_transport.h"
+#include "ops/cpu/host_backend.h"
+#include "ops/local/local_world.h"
+
+namespace hvdc {
+
+void RegisterBuiltins(Builtins* out) {
+  out->backends.push_back(MakeHostBackend());
+  out->mpi_transport = [](const Config& config, const InitOptions& opts,
+                          std::unique_ptr<Transport>* transport) {
+    MpiTransportOptions mpi;
+    mpi.ranks = opts.ranks;
+    mpi.borrowed_comm = opts.mpi_comm;
+    return MakeMpiTransport(config, mpi, transport);
+  };
+  out->single_transport = [] { return MakeLocalTransport(LocalWorld::Create(1), 0); };
+  out->mpi_built = true;
+  out->cuda_built = HVDC_HAVE_NCCL != 0;
+  out->nccl_version = HVDC_NCCL_VERSION_CODE;
+}
+
+}  // namespace hvdc

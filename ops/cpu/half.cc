@@ -1,0 +1,135 @@
+// float16/bfloat16 conversions: the scalar entry points, array conversions, CPU feature checks.
+#include "ops/cpu/half_bits.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/loops.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define HVDC_HAVE_X86 1
+#endif
+
+namespace hvdc {
+namespace cpu {
+namespace {
+
+// In blocks of loops::kBlock, for the vectoriser (see loops.h).
+template <typename In, typename Out, typename F>
+inline void ConvertLoop(const In* __restrict in, Out* __restrict out, int64_t n, F convert) {
+  constexpr int64_t kBlock = loops::kBlock;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) out[i + j] = convert(in[i + j]);
+  }
+  for (; i < n; ++i) out[i] = convert(in[i]);
+}
+
+}  // namespace
+
+float HalfToFloat(uint16_t h) { return bits::HalfToFloat(h); }
+uint16_t FloatToHalf(float f) { return bits::FloatToHalf(f); }
+float Bfloat16ToFloat(uint16_t b) { return bits::Bfloat16ToFloat(b); }
+uint16_t FloatToBfloat16(float f) { return bits::FloatToBfloat16(f); }
+
+void HalfToFloatNPortable(const uint16_t* in, float* out, int64_t n) {
+  ConvertLoop(in, out, n, [](uint16_t h) { return bits::HalfToFloat(h); });
+}
+
+void FloatToHalfNPortable(const float* in, uint16_t* out, int64_t n) {
+  ConvertLoop(in, out, n, [](float f) { return bits::FloatToHalf(f); });
+}
+
+void Bfloat16ToFloatN(const uint16_t* in, float* out, int64_t n) {
+  ConvertLoop(in, out, n, [](uint16_t b) { return bits::Bfloat16ToFloat(b); });
+}
+
+void FloatToBfloat16N(const float* in, uint16_t* out, int64_t n) {
+  ConvertLoop(in, out, n, [](float f) { return bits::FloatToBfloat16(f); });
+}
+
+#ifdef HVDC_HAVE_X86
+
+namespace {
+
+// From cpuid, not __builtin_cpu_supports (clang's does not know "f16c"). AVX also needs the OS to
+// save the YMM registers (OSXSAVE, and XCR0 bits 1 and 2).
+struct CpuFeatures {
+  bool f16c = false;
+  bool avx2 = false;
+};
+
+CpuFeatures DetectCpu() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+  if (!osxsave || !avx) return f;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 6) != 6) return f;
+  f.f16c = f16c;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) f.avx2 = (b >> 5) & 1;
+  return f;
+}
+
+const CpuFeatures& Cpu() {
+  static const CpuFeatures features = DetectCpu();
+  return features;
+}
+
+}  // namespace
+
+bool HaveF16C() { return Cpu().f16c; }
+bool HaveAvx2() { return Cpu().avx2; }
+
+__attribute__((target("avx,f16c"))) void HalfToFloatNF16C(const uint16_t* in, float* out,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = bits::HalfToFloat(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void FloatToHalfNF16C(const float* in, uint16_t* out,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = bits::FloatToHalf(in[i]);
+}
+
+#else
+
+bool HaveF16C() { return false; }
+bool HaveAvx2() { return false; }
+void HalfToFloatNF16C(const uint16_t* in, float* out, int64_t n) {
+  HalfToFloatNPortable(in, out, n);
+}
+void FloatToHalfNF16C(const float* in, uint16_t* out, int64_t n) {
+  FloatToHalfNPortable(in, out, n);
+}
+
+#endif
+
+void HalfToFloatN(const uint16_t* in, float* out, int64_t n) {
+  if (HaveF16C()) {
+    HalfToFloatNF16C(in, out, n);
+  } else {
+    HalfToFloatNPortable(in, out, n);
+  }
+}
+
+void FloatToHalfN(const float* in, uint16_t* out, int64_t n) {
+  if (HaveF16C()) {
+    FloatToHalfNF16C(in, out, n);
+  } else {
+    FloatToHalfNPortable(in, out, n);
+  }
+}
+
+}  // namespace cpu
+}  // namespace hvdc

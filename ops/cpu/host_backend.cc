@@ -1,0 +1,261 @@
+#include "ops/cpu/host_backend.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "core/timeline.h"
+#include "ops/cpu/kernels.h"
+
+namespace hvdc {
+namespace {
+
+int64_t RowElements(const Shape& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+Shape WithFirstDim(const Shape& shape, int64_t first) {
+  Shape out = shape.empty() ? Shape{first} : shape;
+  out[0] = first;
+  return out;
+}
+
+// Times a nested timeline activity for every tensor of a batch (only when the timeline is on).
+class Activity {
+ public:
+  Activity(ExecutionContext& ctx, const Batch& batch, const char* name) : batch_(batch) {
+    if (ctx.timeline && ctx.timeline->active()) {
+      tl_ = ctx.timeline;
+      for (auto& item : batch.items) tl_->ActivityStart(item.response.name, name);
+    }
+  }
+  ~Activity() {
+    if (tl_) {
+      for (auto& item : batch_.items) tl_->ActivityEnd(item.response.name);
+    }
+  }
+
+ private:
+  const Batch& batch_;
+  Timeline* tl_ = nullptr;
+};
+
+void* Allocate(TensorEntry& entry, const Shape& shape) {
+  void* p = entry.allocate ? entry.allocate(shape) : nullptr;
+  entry.output = p;
+  return p;
+}
+
+Status AllocFailure(const Response& r, const Shape& shape) {
+  return Status::UnknownError(
+      fmt::format("could not allocate the output {} of tensor '{}'", ShapeString(shape), r.name));
+}
+
+class HostBackend : public Backend {
+ public:
+  const char* name() const override { return "host"; }
+  bool Accepts(const Batch& batch) const override { return batch.device < 0; }
+
+  Status Execute(Batch& batch, ExecutionContext& ctx) override {
+    switch (batch.op) {
+      case OpType::kAllreduce:
+        return batch.fused ? FusedAllreduce(batch, ctx) : DirectAllreduce(batch, ctx);
+      case OpType::kAllgather:
+        return Allgather(batch, ctx);
+      case OpType::kBroadcast:
+        return Broadcast(batch, ctx);
+      case OpType::kAlltoall:
+        return Alltoall(batch, ctx);
+      case OpType::kReducescatter:
+        return Reducescatter(batch, ctx);
+      case OpType::kBarrier:
+        return ctx.comm->Barrier();
+      case OpType::kJoin:
+        for (auto& item : batch.items) {
+          if (item.entry && item.entry->join_last_rank) {
+            *item.entry->join_last_rank = item.response.last_joined_rank;
+          }
+        }
+        return Status::OK();
+    }
+    return Status::UnknownError("unknown operation");
+  }
+
+ private:
+  // Reduces `count` elements in place (or send -> recv) in chunks that stay in cache, applying the
+  // scale factors chunk by chunk.
+  static Status ChunkedAllreduce(ExecutionContext& ctx, const Batch& b, const uint8_t* send,
+                                 uint8_t* recv, int64_t count) {
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    const int64_t chunk = std::max<int64_t>(1, ctx.config->chunk_bytes / esize);
+    for (int64_t start = 0; start < count; start += chunk) {
+      const int64_t n = std::min(chunk, count - start);
+      const uint8_t* in = send + start * esize;
+      uint8_t* out = recv + start * esize;
+      if (b.prescale != 1.0) {
+        cpu::ScaleCopy(out, in, n, b.dtype, b.prescale);
+        in = out;
+      }
+      HVDC_RETURN_IF_ERROR(ctx.comm->Allreduce(in, out, n, b.dtype, b.reduce_op));
+      if (b.postscale != 1.0) cpu::ScaleCopy(out, out, n, b.dtype, b.postscale);
+    }
+    return Status::OK();
+  }
+
+  static Status DirectAllreduce(Batch& b, ExecutionContext& ctx) {
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    Activity act(ctx, b, "MPI_ALLREDUCE");
+    for (auto& item : b.items) {
+      const int64_t count = NumElements(item.response.shape);
+      if (item.entry) {
+        HVDC_RETURN_IF_ERROR(ChunkedAllreduce(ctx, b,
+                                              static_cast<const uint8_t*>(item.entry->input),
+                                              static_cast<uint8_t*>(item.entry->output), count));
+      } else {
+        // Joined: contribute zeros and discard the result.
+        uint8_t* zeros = ctx.buffer->Reserve(count * esize);
+        std::memset(zeros, 0, static_cast<size_t>(count * esize));
+        HVDC_RETURN_IF_ERROR(ctx.comm->Allreduce(zeros, zeros, count, b.dtype, b.reduce_op));
+      }
+    }
+    return Status::OK();
+  }
+
+  static Status FusedAllreduce(Batch& b, ExecutionContext& ctx) {
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
+    for (auto& item : b.items) {
+      offsets.push_back(total);
+      total += (NumElements(item.response.shape) * esize + 63) / 64 * 64;
+    }
+    uint8_t* buf = ctx.buffer->Reserve(total);
+    {
+      Activity act(ctx, b, "MEMCPY_IN_FUSION_BUFFER");
+      for (size_t i = 0; i < b.items.size(); ++i) {
+        auto& item = b.items[i];
+        const int64_t n = NumElements(item.response.shape);
+        const int64_t padded = (n * esize + 63) / 64 * 64;
+        if (item.entry) {
+          cpu::ScaleCopy(buf + offsets[i], item.entry->input, n, b.dtype, b.prescale);
+          std::memset(buf + offsets[i] + n * esize, 0, static_cast<size_t>(padded - n * esize));
+        } else {
+          std::memset(buf + offsets[i], 0, static_cast<size_t>(padded));
+        }
+      }
+    }
+    Batch unscaled = Batch();
+    unscaled.dtype = b.dtype;
+    unscaled.reduce_op = b.reduce_op;
+    {
+      Activity act(ctx, b, "MPI_ALLREDUCE");
+      HVDC_RETURN_IF_ERROR(ChunkedAllreduce(ctx, unscaled, buf, buf, total / esize));
+    }
+    Activity act(ctx, b, "MEMCPY_OUT_FUSION_BUFFER");
+    for (size_t i = 0; i < b.items.size(); ++i) {
+      auto& item = b.items[i];
+      if (!item.entry) continue;
+      cpu::ScaleCopy(item.entry->output, buf + offsets[i], NumElements(item.response.shape),
+                     b.dtype, b.postscale);
+    }
+    return Status::OK();
+  }
+
+  static Status Allgather(Batch& b, ExecutionContext& ctx) {
+    Activity act(ctx, b, "MPI_ALLGATHER");
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    for (auto& item : b.items) {
+      const Response& r = item.response;
+      const int64_t row_bytes = RowElements(r.shape) * esize;
+      std::vector<int64_t> recv_bytes;
+      int64_t rows = 0;
+      for (int64_t d : r.first_dims) {
+        recv_bytes.push_back(d * row_bytes);
+        rows += d;
+      }
+      Shape out_shape = WithFirstDim(r.shape, rows);
+      void* out = Allocate(*item.entry, out_shape);
+      if (out == nullptr && rows * row_bytes > 0) return AllocFailure(r, out_shape);
+      const int me = ctx.comm->rank();
+      HVDC_RETURN_IF_ERROR(
+          ctx.comm->Allgatherv(item.entry->input, recv_bytes[me], out, recv_bytes));
+    }
+    return Status::OK();
+  }
+
+  static Status Broadcast(Batch& b, ExecutionContext& ctx) {
+    Activity act(ctx, b, "MPI_BCAST");
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    for (auto& item : b.items) {
+      const int64_t bytes = NumElements(item.response.shape) * esize;
+      TensorEntry& e = *item.entry;
+      if (ctx.comm->rank() == item.response.root_rank && e.input != e.output && bytes > 0) {
+        std::memcpy(e.output, e.input, static_cast<size_t>(bytes));
+      }
+      HVDC_RETURN_IF_ERROR(ctx.comm->Broadcast(e.output, bytes, item.response.root_rank));
+    }
+    return Status::OK();
+  }
+
+  static Status Alltoall(Batch& b, ExecutionContext& ctx) {
+    Activity act(ctx, b, "MPI_ALLTOALL");
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    const int n = ctx.comm->size();
+    const int me = ctx.comm->rank();
+    for (auto& item : b.items) {
+      const Response& r = item.response;
+      const int64_t row_bytes = RowElements(r.shape) * esize;
+      std::vector<int64_t> send_bytes(n), recv_bytes(n);
+      int64_t rows = 0;
+      for (int p = 0; p < n; ++p) {
+        send_bytes[p] = r.splits[static_cast<size_t>(me) * n + p] * row_bytes;
+        const int64_t in_rows = r.splits[static_cast<size_t>(p) * n + me];
+        recv_bytes[p] = in_rows * row_bytes;
+        rows += in_rows;
+        if (item.entry->received_splits)
+          item.entry->received_splits[p] = static_cast<int32_t>(in_rows);
+      }
+      Shape out_shape = WithFirstDim(r.shape, rows);
+      void* out = Allocate(*item.entry, out_shape);
+      if (out == nullptr && rows * row_bytes > 0) return AllocFailure(r, out_shape);
+      HVDC_RETURN_IF_ERROR(ctx.comm->Alltoallv(item.entry->input, send_bytes, out, recv_bytes));
+    }
+    return Status::OK();
+  }
+
+  static Status Reducescatter(Batch& b, ExecutionContext& ctx) {
+    Activity act(ctx, b, "MPI_REDUCESCATTER");
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    const int n = ctx.comm->size();
+    const int me = ctx.comm->rank();
+    for (auto& item : b.items) {
+      const Response& r = item.response;
+      const int64_t dim0 = r.shape.empty() ? 1 : r.shape[0];
+      const int64_t row = RowElements(r.shape);
+      std::vector<int64_t> counts(n);
+      for (int p = 0; p < n; ++p) counts[p] = (dim0 / n + (p < dim0 % n ? 1 : 0)) * row;
+      Shape out_shape = WithFirstDim(r.shape, counts[me] / std::max<int64_t>(row, 1));
+      if (row == 0) out_shape[0] = dim0 / n + (me < dim0 % n ? 1 : 0);
+      void* out = Allocate(*item.entry, out_shape);
+      if (out == nullptr && counts[me] > 0) return AllocFailure(r, out_shape);
+      const void* send = item.entry->input;
+      const int64_t total = dim0 * row;
+      if (b.prescale != 1.0) {
+        uint8_t* scaled = ctx.buffer->Reserve(total * esize);
+        cpu::ScaleCopy(scaled, send, total, b.dtype, b.prescale);
+        send = scaled;
+      }
+      HVDC_RETURN_IF_ERROR(ctx.comm->ReduceScatter(send, out, counts, b.dtype, b.reduce_op));
+      if (b.postscale != 1.0) cpu::ScaleCopy(out, out, counts[me], b.dtype, b.postscale);
+    }
+    return Status::OK();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeHostBackend() { return std::make_unique<HostBackend>(); }
+
+}  // namespace hvdc

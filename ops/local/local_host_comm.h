@@ -1,0 +1,47 @@
+// LocalHostComm: the HostComm data plane among the member threads of one in-memory process set.
+// Internal to ops/local; obtained through MakeLocalTransport.
+//
+// Each call meets the other members' matching call on the set's Rendezvous (matched by a per-comm
+// sequence number), then every rank reads its peers' buffers directly: one copy per byte, no
+// staging. Arguments are validated across ranks once all have arrived, so every rank returns the
+// same error for a mismatch. A size-1 set copies (if needed) and returns without taking a lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/host_comm.h"
+#include "ops/local/rendezvous.h"
+
+namespace hvdc {
+namespace local {
+
+class LocalHostComm : public HostComm {
+ public:
+  LocalHostComm(std::shared_ptr<Rendezvous> rendezvous, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                   ReduceOp op) override;
+  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override;
+  Status Broadcast(void* buf, int64_t bytes, int root) override;
+  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                   const std::vector<int64_t>& recv_bytes) override;
+  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override;
+  Status Barrier() override;
+
+  Rendezvous& rendezvous() { return *rendezvous_; }  // for tests
+
+ private:
+  std::shared_ptr<Rendezvous> rendezvous_;
+  const int rank_;
+  const int size_;
+  uint64_t next_seq_ = 0;  // used only by this rank's executor thread
+};
+
+}  // namespace local
+}  // namespace hvdc

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs the dependencies, builds, and runs
+#   1. every C++ test (GoogleTest under ctest; MPI suites under mpirun -np 2 and -np 3),
+#   2. the same under AddressSanitizer + UndefinedBehaviorSanitizer,
+#   3. the thread-rank harness and the in-memory world under ThreadSanitizer,
+#   4. the Python/TensorFlow suites under mpirun, when scripts/install_python.sh exists.
+# Every test has a timeout; the script exits non-zero on any failure.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+jobs=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "dependencies"
+bash scripts/install_deps.sh
+
+step "build (RelWithDebInfo)"
+bash scripts/build.sh build
+step "C++ tests"
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
+
+if [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
+  step "build + C++ tests under ASan/UBSan"
+  bash scripts/build.sh build-asan -DHVDC_SANITIZE=address -DHVDC_BUILD_BENCH=OFF
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
+
+  step "build + thread-rank tests under TSan"
+  bash scripts/build.sh build-tsan -DHVDC_SANITIZE=thread -DHVDC_BUILD_BENCH=OFF
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \
+    -R '^(thread_rank_test|local_world_test|timeline_test|wire_format_test)$'
+fi
+
+if [ -x scripts/install_python.sh ] && [ -x tests/python/run_mpi_tests.sh ]; then
+  step "Python / TensorFlow"
+  bash scripts/install_python.sh
+  bash tests/python/run_mpi_tests.sh
+fi
+step "all tests passed"

@@ -1,0 +1,619 @@
+// ops/cpu kernels: every dtype x op x size against values computed here independently (in double
+// or wide integers, then rounded by a reference encoder written from the format definitions), and
+// the float16/bfloat16 conversions bit by bit, on every conversion path the CPU offers.
+#include "ops/cpu/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "ops/cpu/half_bits.h"
+
+namespace hvdc {
+namespace {
+
+// ---- Reference formats (from the IEEE layout, no bit tricks shared with the code under test) ----
+
+struct Format {
+  int mbits;  // stored mantissa bits
+  int ebits;  // exponent bits
+};
+constexpr Format kHalf{10, 5};
+constexpr Format kBf16{7, 8};
+
+double RefDecode(uint16_t v, Format f) {
+  const int bias = (1 << (f.ebits - 1)) - 1;
+  const int exp = (v >> f.mbits) & ((1 << f.ebits) - 1);
+  const int mant = v & ((1 << f.mbits) - 1);
+  const double sign = (v >> (f.mbits + f.ebits)) ? -1.0 : 1.0;
+  if (exp == (1 << f.ebits) - 1) {
+    return mant ? std::numeric_limits<double>::quiet_NaN()
+                : sign * std::numeric_limits<double>::infinity();
+  }
+  if (exp == 0) return sign * std::ldexp(mant, 1 - bias - f.mbits);
+  return sign * std::ldexp(mant + (1 << f.mbits), exp - bias - f.mbits);
+}
+
+// Round to nearest even (nearbyint in the default rounding mode) at the format's precision.
+uint16_t RefEncode(double x, Format f) {
+  const int bias = (1 << (f.ebits - 1)) - 1;
+  const uint16_t sign = std::signbit(x) ? static_cast<uint16_t>(1u << (f.mbits + f.ebits)) : 0;
+  const uint16_t exp_mask = static_cast<uint16_t>(((1 << f.ebits) - 1) << f.mbits);
+  if (std::isnan(x)) return sign | exp_mask | static_cast<uint16_t>(1u << (f.mbits - 1));
+  const double a = std::fabs(x);
+  if (std::isinf(a)) return sign | exp_mask;
+  const int emin = 1 - bias;
+  int e = emin;
+  if (a != 0) {
+    int k;
+    std::frexp(a, &k);  // a = m * 2^k, m in [0.5, 1)
+    e = std::max(k - 1, emin);
+  }
+  double q = std::nearbyint(a / std::ldexp(1.0, e - f.mbits));
+  if (q >= std::ldexp(1.0, f.mbits + 1)) {
+    ++e;
+    q /= 2;
+  }
+  if (e > bias) return sign | exp_mask;
+  const int64_t qi = static_cast<int64_t>(q);
+  if (qi < (int64_t{1} << f.mbits)) return sign | static_cast<uint16_t>(qi);  // subnormal or 0
+  return sign | static_cast<uint16_t>(((e + bias) << f.mbits) | (qi - (int64_t{1} << f.mbits)));
+}
+
+bool IsNanBits(uint16_t v, Format f) {
+  const int exp = (v >> f.mbits) & ((1 << f.ebits) - 1);
+  return exp == (1 << f.ebits) - 1 && (v & ((1 << f.mbits) - 1)) != 0;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: deterministic pseudo-random inputs
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Floats that stress rounding: every half's neighbourhood (value, midpoints and one float ulp
+// either side), pseudo-random bit patterns, and specials.
+std::vector<float> InterestingFloats() {
+  std::vector<float> out;
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const float lo = static_cast<float>(RefDecode(static_cast<uint16_t>(h), kHalf));
+    const float hi = static_cast<float>(RefDecode(static_cast<uint16_t>(h + 1), kHalf));
+    const float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);  // exact in float
+    for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+      out.push_back(v);
+      out.push_back(-v);
+    }
+  }
+  for (uint64_t i = 0; i < 300000; ++i) out.push_back(FromBits(static_cast<uint32_t>(Mix(i))));
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, 65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e10f, inf, 1e-45f, 1e-38f,
+                  5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 3.4028235e38f}) {
+    out.push_back(v);
+    out.push_back(-v);
+  }
+  for (uint32_t b : {0x7fc00000u, 0x7f800001u, 0xffc00001u, 0x7fbfffffu, 0x7fffffffu, 0xff800123u})
+    out.push_back(FromBits(b));
+  return out;
+}
+
+// ---- Conversions ----
+
+TEST(HalfConversion, KnownValues) {
+  EXPECT_EQ(cpu::FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(cpu::FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(cpu::FloatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(cpu::FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(cpu::FloatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(cpu::FloatToHalf(65520.0f), 0x7c00);  // tie with the next binade: to even (inf)
+  EXPECT_EQ(cpu::FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(cpu::FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);         // tie to even 0
+  EXPECT_EQ(cpu::FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);         // tie to even 2
+  EXPECT_EQ(cpu::FloatToHalf(std::ldexp(1.0f, -14)), 0x0400);         // smallest normal
+  EXPECT_EQ(cpu::FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie: down to even
+  EXPECT_EQ(cpu::FloatToHalf(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // tie: up to even
+  EXPECT_EQ(cpu::FloatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_TRUE(IsNanBits(cpu::FloatToHalf(std::nanf("")), kHalf));
+  EXPECT_EQ(cpu::HalfToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(cpu::HalfToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(cpu::HalfToFloat(0xfc00), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(cpu::HalfToFloat(0x7e00)));
+  EXPECT_EQ(cpu::FloatToBfloat16(1.0f), 0x3f80);
+  EXPECT_EQ(cpu::FloatToBfloat16(FromBits(0x3f808000u)), 0x3f80);  // tie: down to even
+  EXPECT_EQ(cpu::FloatToBfloat16(FromBits(0x3f818000u)), 0x3f82);  // tie: up to even
+  EXPECT_EQ(cpu::FloatToBfloat16(FromBits(0x7f7fffffu)), 0x7f80);  // max float rounds to inf
+  EXPECT_EQ(cpu::FloatToBfloat16(FromBits(0x00000001u)), 0x0000);  // float subnormal, tiny
+  EXPECT_EQ(cpu::FloatToBfloat16(FromBits(0x00008000u)), 0x0000);  // tie to even 0
+  EXPECT_EQ(cpu::FloatToBfloat16(FromBits(0x00018000u)), 0x0002);  // tie to even 2
+  EXPECT_TRUE(IsNanBits(cpu::FloatToBfloat16(FromBits(0x7f800001u)), kBf16));  // payload low
+  EXPECT_EQ(cpu::Bfloat16ToFloat(0x0001), std::ldexp(1.0f, -133));
+}
+
+void CheckDecodeAll(Format f, float (*decode)(uint16_t), uint16_t (*encode)(float)) {
+  for (uint32_t v = 0; v <= 0xffff; ++v) {
+    const uint16_t h = static_cast<uint16_t>(v);
+    const float got = decode(h);
+    const double want = RefDecode(h, f);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << v;
+      ASSERT_EQ(Bits(got) >> 31, v >> (f.mbits + f.ebits)) << std::hex << v;  // sign kept
+      if (f.mbits == 10) {  // float16 widens to a quiet NaN with the payload kept (as F16C)
+        ASSERT_EQ(Bits(got), ((v & 0x8000u) << 16) | 0x7fc00000u | ((v & 0x3ffu) << 13)) << v;
+      }
+      // A NaN comes back quiet, sign and top payload bits kept.
+      ASSERT_EQ(encode(got), h | (1u << (f.mbits - 1))) << std::hex << v;
+    } else {
+      ASSERT_EQ(static_cast<double>(got), want) << std::hex << v;
+      ASSERT_EQ(std::signbit(got), std::signbit(want)) << std::hex << v;
+      ASSERT_EQ(encode(got), h) << std::hex << v;  // round trip
+    }
+  }
+}
+
+TEST(HalfConversion, EveryHalfDecodesAndRoundTrips) {
+  CheckDecodeAll(kHalf, cpu::HalfToFloat, cpu::FloatToHalf);
+}
+
+TEST(HalfConversion, EveryBfloat16DecodesAndRoundTrips) {
+  CheckDecodeAll(kBf16, cpu::Bfloat16ToFloat, cpu::FloatToBfloat16);
+}
+
+void CheckEncode(Format f, uint16_t (*encode)(float), const std::vector<float>& in) {
+  for (float x : in) {
+    const uint16_t got = encode(x);
+    const uint16_t want = RefEncode(static_cast<double>(x), f);
+    if (std::isnan(x)) {
+      ASSERT_TRUE(IsNanBits(got, f)) << std::hex << Bits(x);
+      ASSERT_EQ(got >> (f.mbits + f.ebits), Bits(x) >> 31) << std::hex << Bits(x);
+    } else {
+      ASSERT_EQ(got, want) << std::hex << "float bits " << Bits(x) << " = " << x;
+    }
+  }
+}
+
+TEST(HalfConversion, FloatToHalfRoundsToNearestEven) {
+  CheckEncode(kHalf, cpu::FloatToHalf, InterestingFloats());
+}
+
+TEST(HalfConversion, FloatToBfloat16RoundsToNearestEven) {
+  std::vector<float> in = InterestingFloats();
+  for (uint32_t b = 0; b < 0x10000; ++b) {  // every bf16 value, its ties and their neighbours
+    for (uint32_t low : {0x0000u, 0x7fffu, 0x8000u, 0x8001u}) in.push_back(FromBits(b << 16 | low));
+  }
+  CheckEncode(kBf16, cpu::FloatToBfloat16, in);
+}
+
+// The array paths (F16C when present, portable otherwise) agree bit for bit with the scalar ones.
+TEST(HalfConversion, ArrayPathsMatchScalar) {
+  std::vector<uint16_t> all(0x10000 + 5);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> widened(all.size());
+  std::vector<float> floats = InterestingFloats();
+  std::vector<uint16_t> narrowed(floats.size());
+
+  using Widen = void (*)(const uint16_t*, float*, int64_t);
+  using Narrow = void (*)(const float*, uint16_t*, int64_t);
+  struct Path {
+    const char* name;
+    Widen widen;
+    Narrow narrow;
+    float (*scalar_widen)(uint16_t);
+    uint16_t (*scalar_narrow)(float);
+  };
+  std::vector<Path> paths = {
+      {"half auto", cpu::HalfToFloatN, cpu::FloatToHalfN, cpu::HalfToFloat, cpu::FloatToHalf},
+      {"half portable", cpu::HalfToFloatNPortable, cpu::FloatToHalfNPortable, cpu::HalfToFloat,
+       cpu::FloatToHalf},
+      {"bf16", cpu::Bfloat16ToFloatN, cpu::FloatToBfloat16N, cpu::Bfloat16ToFloat,
+       cpu::FloatToBfloat16},
+  };
+  if (cpu::HaveF16C()) {
+    paths.push_back({"half f16c", cpu::HalfToFloatNF16C, cpu::FloatToHalfNF16C, cpu::HalfToFloat,
+                     cpu::FloatToHalf});
+  }
+  for (const Path& p : paths) {
+    SCOPED_TRACE(p.name);
+    p.widen(all.data(), widened.data(), static_cast<int64_t>(all.size()));
+    for (size_t i = 0; i < all.size(); ++i) {
+      ASSERT_EQ(Bits(widened[i]), Bits(p.scalar_widen(all[i]))) << i;
+    }
+    p.narrow(floats.data(), narrowed.data(), static_cast<int64_t>(floats.size()));
+    for (size_t i = 0; i < floats.size(); ++i) {
+      ASSERT_EQ(narrowed[i], p.scalar_narrow(floats[i])) << std::hex << Bits(floats[i]);
+    }
+  }
+}
+
+// ---- Reductions ----
+
+const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kUint16,
+                              DataType::kInt16,   DataType::kInt32,   DataType::kInt64,
+                              DataType::kFloat16, DataType::kFloat32, DataType::kFloat64,
+                              DataType::kBool,    DataType::kBfloat16};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
+                            ReduceOp::kAverage};
+const int64_t kSizes[] = {0, 1, 7, 63, 64, 65, 1000, 4099};
+
+// A typed buffer of `n` elements whose raw values are a pseudo-random function of (seed, i): full
+// range for integers (so sums and products wrap), any non-NaN bits for floats (subnormals and
+// infinities included), 0/1 for bool.
+std::vector<uint8_t> MakeInput(DataType dtype, int64_t n, uint64_t seed) {
+  const size_t es = DataTypeSize(dtype);
+  std::vector<uint8_t> buf(static_cast<size_t>(n) * es);
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t r = Mix(seed * 1000003 + static_cast<uint64_t>(i));
+    if (dtype == DataType::kBool) r &= 1;
+    if (dtype == DataType::kFloat16 && IsNanBits(static_cast<uint16_t>(r), kHalf)) r &= ~0x7c00ull;
+    if (dtype == DataType::kBfloat16 && IsNanBits(static_cast<uint16_t>(r), kBf16)) r &= ~0x7f80ull;
+    if (dtype == DataType::kFloat32 && std::isnan(FromBits(static_cast<uint32_t>(r))))
+      r &= ~(1ull << 30);
+    if (dtype == DataType::kFloat64) {
+      double d;
+      std::memcpy(&d, &r, 8);
+      if (std::isnan(d)) r &= ~(1ull << 62);
+    }
+    std::memcpy(buf.data() + static_cast<size_t>(i) * es, &r, es);
+  }
+  return buf;
+}
+
+template <typename T>
+T Load(const uint8_t* p, int64_t i) {
+  T v;
+  std::memcpy(&v, p + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
+// The expected element d op s, computed independently of the kernels.
+template <typename T>
+T ExpectInt(T d, T s, ReduceOp op) {
+  const __int128 a = d, b = s;
+  switch (op) {
+    case ReduceOp::kMin:
+      return s < d ? s : d;
+    case ReduceOp::kMax:
+      return s > d ? s : d;
+    case ReduceOp::kProduct:
+      return static_cast<T>(static_cast<uint64_t>(static_cast<unsigned __int128>(a * b)));
+    default:
+      return static_cast<T>(static_cast<uint64_t>(static_cast<unsigned __int128>(a + b)));
+  }
+}
+
+double ExpectReal(double d, double s, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return s < d ? s : d;
+    case ReduceOp::kMax:
+      return s > d ? s : d;
+    case ReduceOp::kProduct:
+      return d * s;
+    default:
+      return d + s;
+  }
+}
+
+// Compares element i of got against the expected result of d op s.
+void CheckElement(DataType dtype, ReduceOp op, const uint8_t* d, const uint8_t* s,
+                  const uint8_t* got, int64_t i) {
+  switch (dtype) {
+    case DataType::kUint8:
+      ASSERT_EQ(Load<uint8_t>(got, i), ExpectInt(Load<uint8_t>(d, i), Load<uint8_t>(s, i), op));
+      break;
+    case DataType::kInt8:
+      ASSERT_EQ(Load<int8_t>(got, i), ExpectInt(Load<int8_t>(d, i), Load<int8_t>(s, i), op));
+      break;
+    case DataType::kUint16:
+      ASSERT_EQ(Load<uint16_t>(got, i), ExpectInt(Load<uint16_t>(d, i), Load<uint16_t>(s, i), op));
+      break;
+    case DataType::kInt16:
+      ASSERT_EQ(Load<int16_t>(got, i), ExpectInt(Load<int16_t>(d, i), Load<int16_t>(s, i), op));
+      break;
+    case DataType::kInt32:
+      ASSERT_EQ(Load<int32_t>(got, i), ExpectInt(Load<int32_t>(d, i), Load<int32_t>(s, i), op));
+      break;
+    case DataType::kInt64:
+      ASSERT_EQ(Load<int64_t>(got, i), ExpectInt(Load<int64_t>(d, i), Load<int64_t>(s, i), op));
+      break;
+    case DataType::kBool: {
+      const bool a = Load<uint8_t>(d, i) != 0, b = Load<uint8_t>(s, i) != 0;
+      const bool want = (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? (a && b) : (a || b);
+      ASSERT_EQ(Load<uint8_t>(got, i), want ? 1 : 0);
+      break;
+    }
+    case DataType::kFloat32: {
+      // Exact in double (or rounded once more, harmlessly: 53 >= 2*24+2), then rounded to float.
+      const float want = static_cast<float>(ExpectReal(Load<float>(d, i), Load<float>(s, i), op));
+      const float g = Load<float>(got, i);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(g));
+      } else {
+        ASSERT_EQ(Bits(g), Bits(want)) << g << " vs " << want;
+      }
+      break;
+    }
+    case DataType::kFloat64: {
+      const double want = ExpectReal(Load<double>(d, i), Load<double>(s, i), op);
+      const double g = Load<double>(got, i);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(g));
+      } else {
+        ASSERT_EQ(std::memcmp(&g, &want, 8), 0) << g << " vs " << want;
+      }
+      break;
+    }
+    case DataType::kFloat16:
+    case DataType::kBfloat16: {
+      const Format f = dtype == DataType::kFloat16 ? kHalf : kBf16;
+      // Exact in double; one rounding to the narrow format.
+      const uint16_t want = RefEncode(
+          ExpectReal(RefDecode(Load<uint16_t>(d, i), f), RefDecode(Load<uint16_t>(s, i), f), op),
+          f);
+      const uint16_t g = Load<uint16_t>(got, i);
+      if (IsNanBits(want, f)) {
+        ASSERT_TRUE(IsNanBits(g, f)) << std::hex << g;
+      } else {
+        ASSERT_EQ(g, want) << std::hex << Load<uint16_t>(d, i) << " op " << Load<uint16_t>(s, i);
+      }
+      break;
+    }
+  }
+}
+
+using ReduceFn = void (*)(void*, const void*, int64_t, DataType, ReduceOp);
+
+void CheckReduce(ReduceFn reduce, DataType dtype, ReduceOp op, int64_t n) {
+  SCOPED_TRACE(std::string(DataTypeName(dtype)) + " " + ReduceOpName(op) +
+               " n=" + std::to_string(n));
+  const std::vector<uint8_t> d0 = MakeInput(dtype, n, 1 + static_cast<uint64_t>(dtype));
+  const std::vector<uint8_t> s = MakeInput(dtype, n, 100 + static_cast<uint64_t>(dtype));
+  // Out of place, with a guard element after the end that must stay untouched.
+  const size_t es = DataTypeSize(dtype);
+  std::vector<uint8_t> d = d0;
+  d.resize(d0.size() + es, 0xa5);
+  reduce(d.data(), s.data(), n, dtype, op);
+  for (int64_t i = 0; i < n; ++i) {
+    CheckElement(dtype, op, d0.data(), s.data(), d.data(), i);
+    if (::testing::Test::HasFatalFailure()) {
+      ADD_FAILURE() << "at element " << i;
+      return;
+    }
+  }
+  for (size_t b = 0; b < es; ++b) ASSERT_EQ(d[d0.size() + b], 0xa5) << "wrote past the end";
+  // dst == src: x op x.
+  std::vector<uint8_t> same = d0;
+  reduce(same.data(), same.data(), n, dtype, op);
+  for (int64_t i = 0; i < n; ++i) {
+    CheckElement(dtype, op, d0.data(), d0.data(), same.data(), i);
+    if (::testing::Test::HasFatalFailure()) {
+      ADD_FAILURE() << "in place, at element " << i;
+      return;
+    }
+  }
+}
+
+TEST(ReduceInto, EveryTypeOpAndSize) {
+  for (DataType dtype : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (int64_t n : kSizes) {
+        CheckReduce(cpu::ReduceInto, dtype, op, n);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The float16/bfloat16 paths the dispatcher does not pick on this CPU.
+void ReduceBaseline(void* d, const void* s, int64_t n, DataType dtype, ReduceOp op) {
+  cpu::ReduceHalfLikeBaseline(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(s), n, op,
+                              dtype == DataType::kBfloat16);
+}
+void ReduceAvx2(void* d, const void* s, int64_t n, DataType dtype, ReduceOp op) {
+  cpu::ReduceHalfLikeAvx2(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(s), n, op,
+                          dtype == DataType::kBfloat16);
+}
+
+TEST(ReduceInto, HalfPathsBaselineAndAvx2) {
+  std::vector<ReduceFn> fns = {ReduceBaseline};
+  if (cpu::HaveAvx2()) fns.push_back(ReduceAvx2);
+  for (ReduceFn fn : fns) {
+    for (DataType dtype : {DataType::kFloat16, DataType::kBfloat16}) {
+      for (ReduceOp op : kAllOps) {
+        for (int64_t n : kSizes) {
+          CheckReduce(fn, dtype, op, n);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceInto, NanPropagatesThroughSum) {
+  float d[3] = {1.0f, std::nanf(""), 2.0f};
+  const float s[3] = {std::nanf(""), 1.0f, 3.0f};
+  cpu::ReduceInto(d, s, 3, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_TRUE(std::isnan(d[0]));
+  EXPECT_TRUE(std::isnan(d[1]));
+  EXPECT_EQ(d[2], 5.0f);
+  uint16_t h[2] = {0x7e00, 0x3c00};
+  const uint16_t hs[2] = {0x3c00, 0xfe00};
+  cpu::ReduceInto(h, hs, 2, DataType::kFloat16, ReduceOp::kSum);
+  EXPECT_TRUE(IsNanBits(h[0], kHalf));
+  EXPECT_TRUE(IsNanBits(h[1], kHalf));
+}
+
+TEST(ReduceInto, BoolTreatsAnyNonZeroAsTrue) {
+  uint8_t d[4] = {0, 2, 0, 7};
+  const uint8_t s[4] = {0, 0, 5, 9};
+  uint8_t e[4];
+  std::memcpy(e, d, 4);
+  cpu::ReduceInto(d, s, 4, DataType::kBool, ReduceOp::kSum);
+  EXPECT_EQ(std::vector<uint8_t>(d, d + 4), (std::vector<uint8_t>{0, 1, 1, 1}));
+  cpu::ReduceInto(e, s, 4, DataType::kBool, ReduceOp::kProduct);
+  EXPECT_EQ(std::vector<uint8_t>(e, e + 4), (std::vector<uint8_t>{0, 0, 0, 1}));
+}
+
+// ---- ScaleCopy ----
+
+template <typename T>
+T ExpectScaleInt(T x, double factor) {
+  const double t = std::trunc(static_cast<double>(x) * factor);
+  if (t >= std::ldexp(1.0, std::numeric_limits<T>::digits)) return std::numeric_limits<T>::max();
+  if (t < static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+  return static_cast<T>(t);
+}
+
+void CheckScaled(DataType dtype, double factor, const uint8_t* in, const uint8_t* got, int64_t i) {
+  if (factor == 1.0) {  // a plain copy, whatever the type
+    const size_t es = DataTypeSize(dtype);
+    ASSERT_EQ(std::memcmp(got + i * es, in + i * es, es), 0);
+    return;
+  }
+  switch (dtype) {
+    case DataType::kUint8:
+      ASSERT_EQ(Load<uint8_t>(got, i), ExpectScaleInt(Load<uint8_t>(in, i), factor));
+      break;
+    case DataType::kInt8:
+      ASSERT_EQ(Load<int8_t>(got, i), ExpectScaleInt(Load<int8_t>(in, i), factor));
+      break;
+    case DataType::kUint16:
+      ASSERT_EQ(Load<uint16_t>(got, i), ExpectScaleInt(Load<uint16_t>(in, i), factor));
+      break;
+    case DataType::kInt16:
+      ASSERT_EQ(Load<int16_t>(got, i), ExpectScaleInt(Load<int16_t>(in, i), factor));
+      break;
+    case DataType::kInt32:
+      ASSERT_EQ(Load<int32_t>(got, i), ExpectScaleInt(Load<int32_t>(in, i), factor));
+      break;
+    case DataType::kInt64:
+      ASSERT_EQ(Load<int64_t>(got, i), ExpectScaleInt(Load<int64_t>(in, i), factor));
+      break;
+    case DataType::kBool:
+      ASSERT_EQ(Load<uint8_t>(got, i), Load<uint8_t>(in, i));
+      break;
+    case DataType::kFloat32: {
+      const float want = static_cast<float>(static_cast<double>(Load<float>(in, i)) * factor);
+      ASSERT_EQ(Bits(Load<float>(got, i)), Bits(want));
+      break;
+    }
+    case DataType::kFloat64: {
+      const double want = Load<double>(in, i) * factor, g = Load<double>(got, i);
+      ASSERT_EQ(std::memcmp(&g, &want, 8), 0);
+      break;
+    }
+    case DataType::kFloat16:
+    case DataType::kBfloat16: {
+      // Documented: scaled in float by the factor rounded to float. The product of the two is
+      // exact in double; it is rounded to float, then to the narrow type.
+      const Format f = dtype == DataType::kFloat16 ? kHalf : kBf16;
+      const uint16_t x = Load<uint16_t>(in, i);
+      const double product = RefDecode(x, f) * static_cast<float>(factor);
+      const uint16_t want = RefEncode(static_cast<double>(static_cast<float>(product)), f);
+      const uint16_t g = Load<uint16_t>(got, i);
+      if (IsNanBits(want, f)) {
+        ASSERT_TRUE(IsNanBits(g, f));
+      } else {
+        ASSERT_EQ(g, want) << std::hex << x;
+      }
+      break;
+    }
+  }
+}
+
+TEST(ScaleCopy, EveryTypeFactorAndSizeInAndOutOfPlace) {
+  for (DataType dtype : kAllTypes) {
+    for (double factor : {1.0, 0.5, -3.0, 1.0 / 3.0, 0.0, 1e30}) {
+      for (int64_t n : kSizes) {
+        SCOPED_TRACE(std::string(DataTypeName(dtype)) + " factor " + std::to_string(factor) +
+                     " n=" + std::to_string(n));
+        const std::vector<uint8_t> in = MakeInput(dtype, n, 7 + static_cast<uint64_t>(dtype));
+        std::vector<uint8_t> out(in.size() + 8, 0xa5);
+        cpu::ScaleCopy(out.data(), in.data(), n, dtype, factor);
+        std::vector<uint8_t> inplace = in;
+        cpu::ScaleCopy(inplace.data(), inplace.data(), n, dtype, factor);
+        for (int64_t i = 0; i < n; ++i) {
+          CheckScaled(dtype, factor, in.data(), out.data(), i);
+          CheckScaled(dtype, factor, in.data(), inplace.data(), i);
+          if (HasFatalFailure()) {
+            ADD_FAILURE() << "at element " << i;
+            return;
+          }
+        }
+        for (size_t b = in.size(); b < out.size(); ++b) ASSERT_EQ(out[b], 0xa5);
+      }
+    }
+  }
+}
+
+TEST(ScaleCopy, IntegersTruncateTowardZeroAndSaturate) {
+  int32_t v[6] = {7, -7, 5, -5, 2000000000, -2000000000};
+  cpu::ScaleCopy(v, v, 6, DataType::kInt32, 0.5);
+  EXPECT_EQ(std::vector<int32_t>(v, v + 6),
+            (std::vector<int32_t>{3, -3, 2, -2, 1000000000, -1000000000}));
+  int8_t b[3] = {100, -100, 3};
+  int8_t o[3];
+  cpu::ScaleCopy(o, b, 3, DataType::kInt8, 2.0);
+  EXPECT_EQ(std::vector<int8_t>(o, o + 3), (std::vector<int8_t>{127, -128, 6}));
+  int64_t big[2] = {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+  cpu::ScaleCopy(big, big, 2, DataType::kInt64, 4.0);
+  EXPECT_EQ(big[0], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(big[1], std::numeric_limits<int64_t>::min());
+  uint8_t u[2] = {10, 255};
+  cpu::ScaleCopy(u, u, 2, DataType::kUint8, -1.0);
+  EXPECT_EQ(u[0], 0);
+  EXPECT_EQ(u[1], 0);
+}
+
+TEST(ScaleCopy, HalfPathsBaselineAndAvx2) {
+  const int64_t n = 4099;
+  for (bool bf16 : {false, true}) {
+    const DataType dtype = bf16 ? DataType::kBfloat16 : DataType::kFloat16;
+    const std::vector<uint8_t> in = MakeInput(dtype, n, 42);
+    const auto* src = reinterpret_cast<const uint16_t*>(in.data());
+    for (float factor : {0.5f, 1.0f / 3.0f, -7.0f}) {
+      std::vector<uint16_t> a(n), b(n), c(src, src + n);
+      cpu::ScaleHalfLikeBaseline(a.data(), src, n, factor, bf16);
+      cpu::ScaleHalfLikeAvx2(b.data(), src, n, factor, bf16);
+      cpu::ScaleHalfLikeBaseline(c.data(), c.data(), n, factor, bf16);
+      for (int64_t i = 0; i < n; ++i) {
+        CheckScaled(dtype, factor, in.data(), reinterpret_cast<const uint8_t*>(a.data()), i);
+        CheckScaled(dtype, factor, in.data(), reinterpret_cast<const uint8_t*>(b.data()), i);
+        CheckScaled(dtype, factor, in.data(), reinterpret_cast<const uint8_t*>(c.data()), i);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(ScaleCopy, FactorOneCopiesBitsExactly) {
+  const uint16_t in[3] = {0x7e01, 0xfc00, 0x0001};  // a NaN payload survives a plain copy
+  uint16_t out[3] = {};
+  cpu::ScaleCopy(out, in, 3, DataType::kFloat16, 1.0);
+  EXPECT_EQ(std::memcmp(in, out, sizeof(in)), 0);
+}
+
+}  // namespace
+}  // namespace hvdc
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,144 @@
+"""Lifecycle, topology, constants and Python-side validation."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import tensorflow as tf
+
+import horovod_compat
+import horovod_compat.tensorflow as hvd
+
+
+def _launcher_size() -> int:
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 1
+
+
+def _launcher_rank() -> int:
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def test_topology_matches_launcher():
+    assert hvd.is_initialized()
+    assert hvd.size() == _launcher_size()
+    assert hvd.rank() == _launcher_rank()
+    assert 0 <= hvd.local_rank() < hvd.local_size()
+    assert 0 <= hvd.cross_rank() < hvd.cross_size()
+    assert hvd.is_homogeneous() in (True, False)
+    hvd.init()  # a second init is harmless
+    assert hvd.size() == _launcher_size()
+
+
+def test_runtime_valued_ops_match_python():
+    assert int(hvd.size_op()) == hvd.size()
+    assert int(hvd.rank_op()) == hvd.rank()
+    assert int(hvd.local_rank_op()) == hvd.local_rank()
+    assert int(hvd.local_size_op()) == hvd.local_size()
+    assert int(hvd.process_set_included_op()) == 1
+
+
+def test_constants_and_capabilities():
+    assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
+    assert hvd.mpi_built() is True
+    assert isinstance(hvd.nccl_built(), int)
+    assert hvd.gloo_built() is False and hvd.ddl_built() is False and hvd.ccl_built() is False
+    assert hvd.rocm_built() is False
+    assert isinstance(horovod_compat.__version__, str)
+    assert hvd.check_num_rank_power_of_2(4) and not hvd.check_num_rank_power_of_2(3)
+    assert hvd.Compression.none is hvd.compression.NoneCompressor
+    assert hvd.Compression.fp16 is hvd.compression.FP16Compressor
+
+
+def test_average_backwards_compatibility():
+    assert hvd.handle_average_backwards_compatibility(None, None) == hvd.Average
+    with pytest.raises(ValueError):
+        hvd.handle_average_backwards_compatibility(hvd.Sum, True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert hvd.handle_average_backwards_compatibility(None, False) == hvd.Sum
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
+def test_process_set_str_and_validation():
+    ps = hvd.ProcessSet([2, 0, 1])
+    assert ps.ranks == [0, 1, 2]
+    assert str(ps) == "ProcessSet(process_set_id=None, ranks=[0, 1, 2], mpi_comm=None)"
+    assert ps.size() is None and ps.rank() is None
+    with pytest.raises(ValueError):
+        hvd.ProcessSet([0, "a"])
+    assert hvd.global_process_set.process_set_id == 0
+    assert hvd.global_process_set.ranks == list(range(hvd.size()))
+    assert hvd.global_process_set.size() == hvd.size()
+    assert hvd.global_process_set.rank() == hvd.rank()
+    assert hvd.global_process_set.included()
+
+
+def test_unknown_process_set_raises_value_error():
+    bogus = hvd.ProcessSet([0])
+    bogus.process_set_id = 1234
+    with pytest.raises(ValueError):
+        hvd.allreduce(tf.constant([1.0]), process_set=bogus)
+
+
+def test_adasum_not_implemented():
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(tf.constant([1.0]), op=hvd.Adasum)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
+                                 op=hvd.Adasum)
+
+
+def test_elastic_stub():
+    with pytest.raises(NotImplementedError):
+        hvd.elastic.run(lambda state: None)
+    with pytest.raises(NotImplementedError):
+        hvd.elastic.TensorFlowState()
+
+
+def test_broadcast_global_variables_eager_raises():
+    with pytest.raises(RuntimeError):
+        hvd.broadcast_global_variables(0)
+
+
+def test_barrier():
+    hvd.barrier()
+
+
+def _run_child(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMI_", "PMIX_", "HOROVOD_"))}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=env, timeout=240)
+
+
+def test_use_before_init_and_single_process():
+    """In a fresh process with no launcher: ValueError before init, then rank 0 of 1."""
+    result = _run_child("""
+        import tensorflow as tf
+        import horovod_compat.tensorflow as hvd
+        for call in (hvd.size, hvd.rank, hvd.local_rank,
+                     lambda: hvd.allreduce(tf.constant([1.0]))):
+            try:
+                call()
+            except ValueError as e:
+                assert "hvd.init()" in str(e), e
+            else:
+                raise AssertionError("no ValueError before init")
+        hvd.init()
+        assert (hvd.rank(), hvd.size()) == (0, 1)
+        x = hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum)
+        assert x.numpy().tolist() == [1.0, 2.0]
+        hvd.shutdown()
+        assert not hvd.is_initialized()
+        print("CHILD-OK")
+    """)
+    assert "CHILD-OK" in result.stdout, result.stdout + result.stderr
