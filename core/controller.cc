@@ -301,6 +301,7 @@ void Controller::CheckStalls(Clock::time_point now) {
     for (int r : ranks) w.push_back(world_ranks_[r]);
     return w;
   };
+  std::string fatal;  // every tensor stalled past the shutdown time, so all are named
   for (const auto& s : table_->StalledSince(age, now)) {
     auto it = warned_.find(s.name);
     if (it == warned_.end() || now - it->second >= age) {
@@ -312,12 +313,16 @@ void Controller::CheckStalls(Clock::time_point now) {
       warned_[s.name] = now;
     }
     if (config_.stall_shutdown_time_s > 0 && s.waited_s >= config_.stall_shutdown_time_s) {
-      RequestShutdown(fmt::format(
-          "Stalled: tensor '{}' (process set {}) was submitted by ranks {} but not by ranks {} for "
-          "{:.1f} s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={}); shutting down",
-          s.name, set_id_, to_world(s.ready_ranks), to_world(s.missing_ranks), s.waited_s,
-          config_.stall_shutdown_time_s));
+      fatal +=
+          fmt::format("{}tensor '{}' was submitted by ranks {} but not by ranks {} for {:.1f} s",
+                      fatal.empty() ? "" : "; ", s.name, to_world(s.ready_ranks),
+                      to_world(s.missing_ranks), s.waited_s);
     }
+  }
+  if (!fatal.empty()) {
+    RequestShutdown(fmt::format(
+        "Stalled on process set {}: {} (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={}); shutting down",
+        set_id_, fatal, config_.stall_shutdown_time_s));
   }
   for (auto it = warned_.begin(); it != warned_.end();) {
     it = (now - it->second > 10 * age) ? warned_.erase(it) : std::next(it);

@@ -147,14 +147,16 @@ Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
   if (down_.load()) return ShutdownStatus();
   if (items.empty()) return Status::InvalidArgument("nothing to enqueue");
   std::shared_ptr<SetState> st = FindSet(process_set_id);
+  const std::string& first = items.front().request.name;
   if (!st) {
     return Status::InvalidArgument(fmt::format(
-        "process set {} is not known (not registered on this rank, or removed)", process_set_id));
+        "tensor '{}': process set {} is not known (not registered on this rank, or removed)", first,
+        process_set_id));
   }
   if (st->set_rank < 0) {
     return Status::InvalidArgument(
-        fmt::format("rank {} is not a member of process set {} (ranks {})", topology().rank,
-                    process_set_id, st->ranks));
+        fmt::format("tensor '{}': rank {} is not a member of process set {} (ranks {})", first,
+                    topology().rank, process_set_id, st->ranks));
   }
   const int n = static_cast<int>(st->ranks.size());
   auto completion = std::make_shared<Completion>(static_cast<int>(items.size()), std::move(done));

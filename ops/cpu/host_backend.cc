@@ -114,10 +114,10 @@ class HostBackend : public Backend {
                                               static_cast<const uint8_t*>(item.entry->input),
                                               static_cast<uint8_t*>(item.entry->output), count));
       } else {
-        // Joined: contribute zeros and discard the result.
+        // Joined: contribute zeros (in the same chunks as the live ranks) and discard the result.
         uint8_t* zeros = ctx.buffer->Reserve(count * esize);
         std::memset(zeros, 0, static_cast<size_t>(count * esize));
-        HVDC_RETURN_IF_ERROR(ctx.comm->Allreduce(zeros, zeros, count, b.dtype, b.reduce_op));
+        HVDC_RETURN_IF_ERROR(ChunkedAllreduce(ctx, b, zeros, zeros, count));
       }
     }
     return Status::OK();
