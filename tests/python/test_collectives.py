@@ -183,6 +183,7 @@ def test_broadcast_variables_keras_and_tf(mode):
     hvd.broadcast_variables(layer.variables + [v], 0)
     assert np.all(layer.kernel.numpy() == 0.0)
     np.testing.assert_array_equal(v.numpy(), rank_tensor((3,), tf.float32, 0))
+    layer.kernel.assign(tf.fill(layer.kernel.shape, float(hvd.rank())))
     hvd.broadcast_variables(layer.variables, root_rank=hvd.size() - 1, inplace=True)
     assert np.all(layer.kernel.numpy() == hvd.size() - 1)
 
