@@ -52,7 +52,8 @@ class Controller {
 
   bool in_round() const { return phase_ != Phase::kIdle; }
   bool has_unsent() const { return !unsent_.empty() || (shutdown_requested_ && !shutdown_sent_); }
-  bool has_pending() const { return !pending_.empty(); }
+  // A joined rank stays "pending" so it keeps taking part in rounds (it is ready for everything).
+  bool has_pending() const { return !pending_.empty() || join_ != nullptr; }
   Clock::time_point round_started() const { return round_started_; }
 
   void StartRound(Clock::time_point now);
