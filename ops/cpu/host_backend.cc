@@ -138,6 +138,7 @@ class HostBackend : public Backend {
         auto& item = b.items[i];
         const int64_t n = NumElements(item.response.shape);
         const int64_t padded = (n * esize + 63) / 64 * 64;
+        if (n == 0) continue;
         if (item.entry) {
           cpu::ScaleCopy(buf + offsets[i], item.entry->input, n, b.dtype, b.prescale);
           std::memset(buf + offsets[i] + n * esize, 0, static_cast<size_t>(padded - n * esize));
@@ -156,7 +157,7 @@ class HostBackend : public Backend {
     Activity act(ctx, b, "MEMCPY_OUT_FUSION_BUFFER");
     for (size_t i = 0; i < b.items.size(); ++i) {
       auto& item = b.items[i];
-      if (!item.entry) continue;
+      if (!item.entry || NumElements(item.response.shape) == 0) continue;
       cpu::ScaleCopy(item.entry->output, buf + offsets[i], NumElements(item.response.shape),
                      b.dtype, b.postscale);
     }
@@ -242,13 +243,15 @@ class HostBackend : public Backend {
       if (out == nullptr && counts[me] > 0) return AllocFailure(r, out_shape);
       const void* send = item.entry->input;
       const int64_t total = dim0 * row;
-      if (b.prescale != 1.0) {
+      if (b.prescale != 1.0 && total > 0) {
         uint8_t* scaled = ctx.buffer->Reserve(total * esize);
         cpu::ScaleCopy(scaled, send, total, b.dtype, b.prescale);
         send = scaled;
       }
       HVDC_RETURN_IF_ERROR(ctx.comm->ReduceScatter(send, out, counts, b.dtype, b.reduce_op));
-      if (b.postscale != 1.0) cpu::ScaleCopy(out, out, counts[me], b.dtype, b.postscale);
+      if (b.postscale != 1.0 && counts[me] > 0) {
+        cpu::ScaleCopy(out, out, counts[me], b.dtype, b.postscale);
+      }
     }
     return Status::OK();
   }
