@@ -97,5 +97,6 @@ setup(
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.8",
     install_requires=["numpy", "cloudpickle", "psutil"],
+    entry_points={"console_scripts": ["horovodrun = horovod_compat.runner.launch:main"]},
     zip_safe=False,
 )

@@ -1,0 +1,227 @@
+"""Backend-independent parts of the Keras frontends (API.md section 2), written for Keras 3.
+
+Keras 3's ``model.fit`` never calls ``minimize``/``get_gradients``/``_compute_gradients``: its train
+step records a tape and calls ``optimizer.apply_gradients``, which calls ``optimizer.apply``. The
+distributed optimizer therefore reduces gradients inside ``apply`` before delegating to the wrapped
+optimizer class.
+"""
+
+from typing import Any, List, Optional, Sequence
+
+import tensorflow as tf
+
+from horovod_compat.common.process_sets import global_process_set
+from horovod_compat.tensorflow.allreduce_grads import (_make_allreduce_grads_fn,
+                                                       _reduce_with_local, _validate_grouping)
+from horovod_compat.tensorflow.compression import Compression
+from horovod_compat.tensorflow.mpi_ops import Average, Sum
+from horovod_compat.tensorflow.util import _VariableRef
+
+
+class CallableList(list):
+    """A list that also answers ``opt.variables()`` (Keras 2 spelling)."""
+
+    def __call__(self) -> "CallableList":
+        return self
+
+
+class _Holder:
+    """Plain container: what it holds is not tracked by Keras/TF checkpointing."""
+
+    def __init__(self) -> None:
+        self.accumulators: Optional[List[Any]] = None
+        self.counter: Optional[tf.Variable] = None
+        self.local_vars: set = set()
+
+
+def _state(opt: Any) -> _Holder:
+    holder = opt.__dict__.get("_hvd_state")
+    if holder is None:
+        holder = _Holder()
+        object.__setattr__(opt, "_hvd_state", holder)
+    return holder
+
+
+class _DistributedMixin:
+    """Methods copied into the dynamically created optimizer subclass."""
+
+    _HAS_AGGREGATE_GRAD = True
+    _hvd_settings: dict = {}
+
+    # -- Horovod attributes -------------------------------------------------------------------
+    @property
+    def process_set(self) -> Any:
+        return self._hvd_settings["process_set"]
+
+    @property
+    def scale_local_gradients(self) -> bool:
+        return self._hvd_settings["scale_local_gradients"]
+
+    @property
+    def _local_vars(self) -> set:
+        return _state(self).local_vars
+
+    def register_local_var(self, var: Any) -> None:
+        """Gradients of ``var`` are not allreduced (only scaled by 1/size if configured)."""
+        _state(self).local_vars.add(_VariableRef(var))
+
+    @property
+    def variables(self) -> CallableList:
+        return CallableList(super().variables)
+
+    @property
+    def _allreduce_grads(self) -> Any:
+        s = self._hvd_settings
+        return _make_allreduce_grads_fn(s["name"], s["device_dense"], s["device_sparse"],
+                                        s["compression"], s["sparse_as_dense"], s["op"],
+                                        s["gradient_predivide_factor"], s["groups"],
+                                        s["process_set"])
+
+    def _allreduce(self, grads: Sequence[Any], vars: Sequence[Any]) -> List[Any]:
+        s = self._hvd_settings
+        if s["process_set"].size() <= 1 and not _state(self).local_vars:
+            return list(grads)
+        return _reduce_with_local(self._allreduce_grads, grads, vars, _state(self).local_vars,
+                                  s["process_set"], s["scale_local_gradients"])
+
+    # -- Keras 3 hooks ------------------------------------------------------------------------
+    def build(self, variables: Any) -> None:
+        super().build(variables)
+        passes = self._hvd_settings["backward_passes_per_step"]
+        if passes > 1:
+            state = _state(self)
+            with tf.init_scope():
+                state.accumulators = [
+                    tf.Variable(tf.zeros(tuple(v.shape), dtype=tf.as_dtype(v.dtype)),
+                                trainable=False, name="hvd_accumulator")
+                    for v in variables]
+                state.counter = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                            name="hvd_backward_passes")
+
+    def apply(self, grads: Sequence[Any], trainable_variables: Any = None) -> Any:
+        grads = list(grads)
+        if trainable_variables is None:
+            trainable_variables = list(self._trainable_variables)
+        else:
+            trainable_variables = list(trainable_variables)
+            if not self.built:
+                with tf.init_scope():
+                    self.build(trainable_variables)
+                self.built = True
+        passes = self._hvd_settings["backward_passes_per_step"]
+        if passes <= 1:
+            return super().apply(self._allreduce(grads, trainable_variables),
+                                 trainable_variables)
+        return self._apply_aggregated(grads, trainable_variables, passes)
+
+    def _apply_aggregated(self, grads: List[Any], variables: List[Any], passes: int) -> Any:
+        state = _state(self)
+        if state.accumulators is None:
+            raise RuntimeError("Distributed optimizer with backward_passes_per_step > 1 was not "
+                               "built.")
+        index = {id(v): i for i, v in enumerate(self._trainable_variables)}
+        slots = [index[id(v)] for v in variables]
+        present = [k for k, g in enumerate(grads) if g is not None]
+        for k in present:
+            state.accumulators[slots[k]].assign_add(tf.convert_to_tensor(grads[k]))
+        count = state.counter.assign_add(1)
+        average = self._hvd_settings["average_aggregated_gradients"]
+
+        def apply_step() -> tf.Tensor:
+            summed = [tf.identity(state.accumulators[slots[k]]) for k in present]
+            if average:
+                summed = [g / passes for g in summed]
+            reduced = self._allreduce(summed, [variables[k] for k in present])
+            # `super()` without arguments does not work inside a nested function.
+            super(_DistributedMixin, self).apply(reduced, [variables[k] for k in present])
+            with tf.control_dependencies(reduced):
+                for k in present:
+                    state.accumulators[slots[k]].assign(
+                        tf.zeros_like(state.accumulators[slots[k]]))
+            return tf.constant(True)
+
+        tf.cond(tf.equal(count % passes, 0), apply_step, lambda: tf.constant(False))
+        return self._iterations
+
+    def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        # Keras 2 callers pass experimental_aggregate_gradients=...; Keras 3 has no such argument.
+        kwargs.pop("experimental_aggregate_gradients", None)
+        grads_and_vars = list(grads_and_vars)
+        if not grads_and_vars:
+            return self._iterations
+        grads, variables = zip(*grads_and_vars)
+        self.apply(list(grads), list(variables))
+        return self._iterations
+
+    # -- helpers kept for custom loops ----------------------------------------------------------
+    def _compute_gradients(self, loss: Any, var_list: Any, grad_loss: Any = None,
+                           tape: Any = None) -> List[Any]:
+        if tape is None:
+            if not callable(loss):
+                raise ValueError("`tape` is required when a `Tensor` loss is passed.")
+            with tf.GradientTape() as tape:
+                loss_value = loss()
+        else:
+            loss_value = loss() if callable(loss) else loss
+        if callable(var_list):
+            var_list = var_list()
+        var_list = list(var_list)
+        grads = tape.gradient(loss_value, var_list, grad_loss)
+        return list(zip(self._allreduce(grads, var_list), var_list))
+
+    def compute_gradients(self, loss: Any, var_list: Any, tape: Any = None) -> List[Any]:
+        return self._compute_gradients(loss, var_list, None, tape)
+
+    def get_gradients(self, loss: Any, params: Any) -> List[Any]:
+        raise NotImplementedError("get_gradients is a Keras 2 graph-mode API; use model.fit or "
+                                  "compute_gradients with a tf.GradientTape.")
+
+
+def create_distributed_optimizer(optimizer: Any, name: Optional[str] = None,
+                                 device_dense: str = "", device_sparse: str = "",
+                                 compression: type = Compression.none,
+                                 sparse_as_dense: bool = False,
+                                 gradient_predivide_factor: float = 1.0, op: int = Average,
+                                 backward_passes_per_step: int = 1,
+                                 average_aggregated_gradients: bool = False,
+                                 groups: Any = None, process_set: Any = global_process_set,
+                                 scale_local_gradients: bool = True) -> Any:
+    """A fresh optimizer of a subclass of ``type(optimizer)`` (same ``__name__``) that allreduces
+    gradients in ``apply``; built from ``optimizer.get_config()``."""
+    base = type(optimizer)
+    if getattr(base, "_hvd_settings", None):
+        raise ValueError("The optimizer is already a Horovod DistributedOptimizer.")
+    if not hasattr(base, "apply"):
+        raise ValueError(f"{base.__name__} is not a Keras 3 optimizer; Keras 2 optimizers are "
+                         "not supported on this TensorFlow version.")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    settings = dict(name=name or "Distributed" + base.__name__, device_dense=device_dense,
+                    device_sparse=device_sparse, compression=compression,
+                    sparse_as_dense=sparse_as_dense,
+                    gradient_predivide_factor=gradient_predivide_factor, op=op,
+                    backward_passes_per_step=int(backward_passes_per_step),
+                    average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+                    process_set=process_set, scale_local_gradients=scale_local_gradients)
+    # The mixin comes first in the MRO, so its zero-argument super() calls reach ``base``.
+    cls = type(base.__name__, (_DistributedMixin, base), {
+        "_hvd_settings": settings, "__module__": base.__module__,
+        "__qualname__": base.__qualname__})
+    config = optimizer.get_config()
+    if name is not None:
+        config["name"] = name
+    return cls.from_config(config)
+
+
+def check_op(op: int, gradient_predivide_factor: float, num_groups: int, groups: Any) -> Any:
+    if op not in (Average, Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    return _validate_grouping(Average, gradient_predivide_factor if op == Average else 1.0,
+                              num_groups, groups)
+
+
+def _value_helper(collective: Any, value: Any, name: Optional[str], *args: Any,
+                  **kwargs: Any) -> Any:
+    if not tf.executing_eagerly():
+        raise RuntimeError("Keras value helpers need eager execution (Keras 3 has no session).")
+    return collective(tf.constant(value, name=name), *args, name=name, **kwargs)

@@ -1,0 +1,107 @@
+"""Run unmodified Horovod scripts on horovod_compat (API.md 4.1).
+
+``python -m horovod_compat.alias script.py [args...]`` (or ``-m module [args...]``) installs an
+import hook, then runs the script as ``__main__``. The hook maps every ``horovod.<x>`` module name
+onto the module object ``horovod_compat.<x>`` (imported once, never a second copy), so global
+state, registered gradients and ``__module__`` paths stay those of horovod_compat. ``horovod``
+itself is a small package module carrying Horovod's version. Nothing is installed unless asked.
+"""
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import runpy
+import sys
+import types
+from typing import Any, List, Optional, Sequence
+
+ALIAS = "horovod"
+TARGET = "horovod_compat"
+HOROVOD_VERSION = "0.28.1"
+
+
+class _ExistingModuleLoader(importlib.abc.Loader):
+    def __init__(self, module: types.ModuleType) -> None:
+        self._module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return self._module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+        if fullname == ALIAS:
+            return importlib.machinery.ModuleSpec(fullname, _ExistingModuleLoader(_root_module()),
+                                                  is_package=True)
+        if not fullname.startswith(ALIAS + "."):
+            return None
+        real_name = TARGET + fullname[len(ALIAS):]
+        try:
+            module = importlib.import_module(real_name)
+        except ModuleNotFoundError as e:
+            if e.name is not None and (e.name == real_name or real_name.startswith(e.name + ".")):
+                return None
+            raise
+        return importlib.machinery.ModuleSpec(fullname, _ExistingModuleLoader(module),
+                                              is_package=hasattr(module, "__path__"))
+
+
+_root: Optional[types.ModuleType] = None
+
+
+def _root_module() -> types.ModuleType:
+    global _root
+    if _root is None:
+        _root = types.ModuleType(ALIAS, "horovod_compat under the name 'horovod'.")
+        _root.__version__ = HOROVOD_VERSION
+        _root.__path__ = []  # a package: submodules come from the alias finder
+    return _root
+
+
+_finder: Optional[_AliasFinder] = None
+
+
+def install() -> None:
+    """Makes ``import horovod...`` resolve to horovod_compat modules (idempotent)."""
+    global _finder
+    if _finder is None:
+        _finder = _AliasFinder()
+        sys.meta_path.insert(0, _finder)
+
+
+def uninstall() -> None:
+    global _finder
+    if _finder is not None:
+        sys.meta_path.remove(_finder)
+        _finder = None
+    for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
+        del sys.modules[name]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args: List[str] = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        sys.stderr.write("usage: python -m horovod_compat.alias (script.py | -m module) "
+                         "[args...]\n")
+        sys.exit(2)
+    install()
+    if args[0] == "-m":
+        if len(args) < 2:
+            sys.stderr.write("horovod_compat.alias: -m needs a module name\n")
+            sys.exit(2)
+        sys.argv = [args[1]] + args[2:]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        script = args[0]
+        sys.argv = list(args)
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""``horovod.keras`` on Keras 3 (API.md section 2); shares the implementation with
+``horovod_compat.tensorflow.keras``."""
+
+from typing import Any, Optional
+
+import keras
+from keras import backend as K  # noqa: F401
+
+from horovod_compat.tensorflow import (Adasum, Average, Compression, Sum,  # noqa: F401
+                                       ccl_built, cross_rank, cross_size, cuda_built,
+                                       ddl_built, global_process_set, gloo_built, gloo_enabled,
+                                       init, is_initialized, local_rank, local_size, mpi_built,
+                                       mpi_enabled, mpi_threads_supported, nccl_built, rank,
+                                       rocm_built, shutdown, size, start_timeline, stop_timeline)
+from horovod_compat import _keras
+from horovod_compat import tensorflow as _hvd
+from horovod_compat.tensorflow.keras import (allgather, broadcast,  # noqa: F401
+                                             broadcast_global_variables, reducescatter)
+from horovod_compat.keras import callbacks  # noqa: F401
+
+
+def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dense: str = "",
+                         device_sparse: str = "", compression: type = Compression.none,
+                         sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
+                         op: int = Average, num_groups: int = 0, groups: Any = None) -> Any:
+    """Wraps a Keras optimizer so that gradients are averaged across ranks before each update."""
+    if gradient_predivide_factor != 1.0 and rocm_built():
+        raise ValueError("gradient_predivide_factor not supported yet with ROCm")
+    groups = _keras.check_op(op, gradient_predivide_factor, num_groups, groups)
+    return _keras.create_distributed_optimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups)
+
+
+def PartialDistributedOptimizer(optimizer: Any, name: Optional[str] = None,
+                                device_dense: str = "", device_sparse: str = "",
+                                compression: type = Compression.none,
+                                sparse_as_dense: bool = False,
+                                gradient_predivide_factor: float = 1.0, op: int = Average,
+                                backward_passes_per_step: int = 1,
+                                average_aggregated_gradients: bool = False, groups: Any = None,
+                                process_set: Any = global_process_set, local_layers: Any = None,
+                                scale_local_gradients: bool = True) -> Any:
+    """A DistributedOptimizer whose ``local_layers`` weights are not allreduced."""
+    if gradient_predivide_factor != 1.0 and rocm_built():
+        raise ValueError("gradient_predivide_factor not supported yet with ROCm")
+    groups = _keras.check_op(op, gradient_predivide_factor, 0, groups)
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        if not isinstance(layer, keras.layers.Layer):
+            raise ValueError("All local layers must be of type keras.layers.Layer")
+    opt = _keras.create_distributed_optimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+        process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
+
+
+def allreduce(value: Any, name: Optional[str] = None, average: bool = True,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              op: Optional[int] = None, compression: type = Compression.none) -> Any:
+    if op is not None:
+        average = None
+    return _keras._value_helper(_hvd.allreduce, value, name, average=average,
+                                prescale_factor=prescale_factor,
+                                postscale_factor=postscale_factor, op=op,
+                                compression=compression)

@@ -1,0 +1,277 @@
+"""``horovodrun``: builds an Open MPI ``mpirun`` command line and environment from Horovod's
+launcher flags, runs it, forwards SIGINT/SIGTERM and exits with the job's exit code."""
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+# Variables always forwarded to the ranks when set, besides every HOROVOD_* variable.
+_FORWARDED = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL",
+              "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES",
+              "OMP_NUM_THREADS", "NCCL_IB_DISABLE")
+_NEVER_FORWARDED = ("_HOROVOD_SECRET_KEY",)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="horovodrun",
+                                description="Launch a horovod_compat job through mpirun.")
+    p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, help="total number of processes")
+    p.add_argument("-H", "--hosts", dest="hosts", help="host1:slots,host2:slots,...")
+    p.add_argument("-hostfile", "--hostfile", dest="hostfile",
+                   help="file with lines 'host slots=N'")
+    p.add_argument("-p", "--ssh-port", dest="ssh_port", type=int)
+    p.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file")
+    p.add_argument("--start-timeout", type=int,
+                   help="seconds to wait for all ranks to start (HOROVOD_START_TIMEOUT)")
+    p.add_argument("--network-interface", "--network-interfaces", dest="nics")
+    p.add_argument("--output-filename", help="directory for per-rank output (mpirun)")
+    p.add_argument("--fusion-threshold-mb", type=float)
+    p.add_argument("--cycle-time-ms", type=float)
+    p.add_argument("--cache-capacity", type=int)
+    p.add_argument("--hierarchical-allreduce", action="store_true", default=None)
+    p.add_argument("--hierarchical-allgather", action="store_true", default=None)
+    p.add_argument("--autotune", action="store_true", default=None)
+    p.add_argument("--autotune-log-file")
+    p.add_argument("--timeline-filename")
+    p.add_argument("--timeline-mark-cycles", action="store_true", default=None)
+    p.add_argument("--no-stall-check", action="store_true", default=None)
+    p.add_argument("--stall-check-warning-time-seconds", type=int)
+    p.add_argument("--stall-check-shutdown-time-seconds", type=int)
+    p.add_argument("--mpi-threads-disable", action="store_true", default=None)
+    p.add_argument("--num-nccl-streams", type=int)
+    p.add_argument("--thread-affinity", type=int)
+    p.add_argument("--log-level", choices=["TRACE", "DEBUG", "INFO", "WARNING", "ERROR",
+                                           "FATAL"])
+    p.add_argument("--log-with-timestamp", action="store_true", default=None)
+    p.add_argument("--tcp", dest="tcp_flag", action="store_true", default=None)
+    p.add_argument("--verbose", action="store_true", help="print the mpirun command")
+    p.add_argument("-cb", "--check-build", action="store_true",
+                   help="show which frameworks and controllers were built, then exit")
+    p.add_argument("--mpi-args", default="", help="extra arguments for mpirun")
+    p.add_argument("--mpi", dest="use_mpi", action="store_true", help="use MPI (the default)")
+    p.add_argument("--gloo", dest="use_gloo", action="store_true",
+                   help="not supported: this runtime launches through MPI")
+    p.add_argument("--no-alias", dest="no_alias", action="store_true",
+                   help="do not map 'import horovod...' onto horovod_compat in Python commands")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
+    return p
+
+
+def runtime_env(args: argparse.Namespace) -> Dict[str, str]:
+    """HOROVOD_* settings derived from the flags."""
+    env: Dict[str, str] = {}
+    if args.fusion_threshold_mb is not None:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
+    if args.cycle_time_ms is not None:
+        env["HOROVOD_CYCLE_TIME"] = repr(float(args.cycle_time_ms))
+    if args.cache_capacity is not None:
+        env["HOROVOD_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.hierarchical_allreduce:
+        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
+    if args.hierarchical_allgather:
+        env["HOROVOD_HIERARCHICAL_ALLGATHER"] = "1"
+    if args.autotune:
+        env["HOROVOD_AUTOTUNE"] = "1"
+    if args.autotune_log_file:
+        env["HOROVOD_AUTOTUNE_LOG"] = args.autotune_log_file
+    if args.timeline_filename:
+        env["HOROVOD_TIMELINE"] = args.timeline_filename
+    if args.timeline_mark_cycles:
+        env["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
+    if args.no_stall_check:
+        env["HOROVOD_STALL_CHECK_DISABLE"] = "1"
+    if args.stall_check_warning_time_seconds is not None:
+        env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(args.stall_check_warning_time_seconds)
+    if args.stall_check_shutdown_time_seconds is not None:
+        env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(args.stall_check_shutdown_time_seconds)
+    if args.mpi_threads_disable:
+        env["HOROVOD_MPI_THREADS_DISABLE"] = "1"
+    if args.num_nccl_streams is not None:
+        env["HOROVOD_NUM_NCCL_STREAMS"] = str(args.num_nccl_streams)
+    if args.thread_affinity is not None:
+        env["HOROVOD_THREAD_AFFINITY"] = str(args.thread_affinity)
+    if args.log_level:
+        env["HOROVOD_LOG_LEVEL"] = args.log_level
+    if args.log_with_timestamp is not None:
+        env["HOROVOD_LOG_HIDE_TIME"] = "0" if args.log_with_timestamp else "1"
+    if args.tcp_flag:
+        env["NCCL_IB_DISABLE"] = "1"
+    if args.start_timeout is not None:
+        env["HOROVOD_START_TIMEOUT"] = str(args.start_timeout)
+    return env
+
+
+def parse_hosts(hosts: str) -> List[Tuple[str, int]]:
+    result = []
+    for item in hosts.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, slots = item.partition(":")
+        result.append((name, int(slots) if slots else 1))
+    return result
+
+
+def parse_hostfile(path: str) -> List[Tuple[str, int]]:
+    result = []
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            fields = line.split()
+            slots = 1
+            for field in fields[1:]:
+                if field.startswith("slots="):
+                    slots = int(field[len("slots="):])
+            result.append((fields[0], slots))
+    return result
+
+
+def build_mpirun_command(args: argparse.Namespace, env: Dict[str, str],
+                         command: Sequence[str]) -> List[str]:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise RuntimeError("mpirun not found: install Open MPI (Debian: openmpi-bin)")
+    np_ = args.np
+    if args.hosts:
+        hosts = parse_hosts(args.hosts)
+    elif args.hostfile:
+        hosts = parse_hostfile(args.hostfile)
+    else:
+        hosts = [("localhost", os.cpu_count() or 1)]
+    slots = sum(s for _, s in hosts)
+    if np_ is None:
+        np_ = slots
+    cmd = [mpirun, "-np", str(np_)]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if args.hosts:
+        cmd += ["-H", ",".join(f"{h}:{s}" for h, s in hosts)]
+    elif args.hostfile:
+        cmd += ["--hostfile", args.hostfile]
+    if np_ > slots or (not args.hosts and not args.hostfile):
+        # Local jobs (and any job asking for more ranks than slots) may exceed the core count.
+        cmd.append("--oversubscribe")
+    cmd += ["--bind-to", "none", "--map-by", "slot"]
+    if np_ > (os.cpu_count() or 1) and not args.hosts and not args.hostfile:
+        cmd += ["--mca", "mpi_yield_when_idle", "1"]
+    if args.ssh_port:
+        cmd += ["--mca", "plm_rsh_args", f"-p {args.ssh_port}"]
+    if args.nics:
+        cmd += ["--mca", "btl_tcp_if_include", args.nics]
+    if args.output_filename:
+        cmd += ["--output-filename", args.output_filename]
+    if args.start_timeout is not None:
+        # Bounds the ORTE daemons' start-up (remote hosts).
+        cmd += ["--mca", "orte_startup_timeout", str(args.start_timeout)]
+    names = sorted(set(env) | {k for k in os.environ if k.startswith("HOROVOD_")} |
+                   {k for k in _FORWARDED if k in os.environ})
+    for name in names:
+        if name not in _NEVER_FORWARDED:
+            cmd += ["-x", name]
+    if args.mpi_args:
+        cmd += shlex.split(args.mpi_args)
+    cmd += list(command)
+    return cmd
+
+
+def check_build() -> str:
+    import horovod_compat.common.basics  # noqa: F401  (fails loudly if the core is missing)
+    lines = ["Horovod (horovod_compat) v%s:" % _version(), "", "Available Frameworks:"]
+    try:
+        import horovod_compat.tensorflow  # noqa: F401
+        tf_ok = True
+    except ImportError:
+        tf_ok = False
+    lines.append("    [%s] TensorFlow" % ("X" if tf_ok else " "))
+    lines.append("    [ ] PyTorch")
+    lines.append("    [ ] MXNet")
+    lines += ["", "Available Controllers:", "    [X] MPI", "    [ ] Gloo", "",
+              "Available Tensor Operations:"]
+    nccl = False
+    if tf_ok:
+        from horovod_compat.tensorflow import nccl_built
+        nccl = bool(nccl_built())
+    lines += ["    [%s] NCCL" % ("X" if nccl else " "), "    [ ] DDL", "    [ ] CCL",
+              "    [X] MPI", "    [ ] Gloo"]
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    from horovod_compat import __version__
+    return __version__
+
+
+def with_alias(command: List[str]) -> List[str]:
+    """``python script.py ...`` / ``python -m mod ...`` -> run through horovod_compat.alias."""
+    if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
+        return command
+    if command[1] == "-m" and len(command) > 2 and command[2] == "horovod_compat.alias":
+        return command
+    if command[1] == "-m" or not command[1].startswith("-"):
+        return [command[0], "-m", "horovod_compat.alias"] + command[1:]
+    return command
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_commandline(argv: Optional[Sequence[str]] = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(_version())
+        return 0
+    if args.check_build:
+        print(check_build())
+        return 0
+    if args.use_gloo:
+        parser.error("--gloo is not supported: horovod_compat launches through MPI")
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        parser.error("no command to run")
+    if not args.no_alias:
+        command = with_alias(command)
+    env = dict(os.environ)
+    env.update(runtime_env(args))
+    for name in _NEVER_FORWARDED:
+        env.pop(name, None)
+    if os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    cmd = build_mpirun_command(args, runtime_env(args), command)
+    if args.verbose:
+        print("horovodrun:", " ".join(shlex.quote(c) for c in cmd), flush=True)
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        returncode = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return _exit_code(returncode)
+
+
+def main() -> None:
+    sys.exit(run_commandline())
+
+
+if __name__ == "__main__":
+    main()
