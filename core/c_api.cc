@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -189,6 +190,10 @@ int hvdc_init(const hvdc_init_options* options) {
     if (!s.ok()) return Fail(s);
     for (const auto& w : warnings) LogWarning("{}", w);
     G().runtime = std::move(rt);
+    // Programs that never call shutdown() still stop the runtime's threads before anything that
+    // was registered earlier (MPI_Finalize, when we initialized MPI) runs at exit.
+    static bool exit_hook = (std::atexit([] { hvdc_shutdown(); }), true);
+    (void)exit_hook;
     return HVDC_OK;
   });
 }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unordered_set>
+
 #include "core/logging.h"
 #include "core/timeline.h"
 #include "core/wire_format.h"
@@ -12,7 +14,8 @@ namespace {
 
 constexpr uint64_t kFlagNothingUncached = 1;
 constexpr uint64_t kFlagNoShutdown = 2;
-constexpr uint64_t kFlagJoined = 4;
+constexpr uint64_t kFlagJoined = 4;        // AND: every rank has joined
+constexpr uint64_t kFlagNobodyJoined = 8;  // AND: no rank has joined
 
 const char* kJoinName = "join.noname";
 
@@ -26,7 +29,7 @@ Controller::Controller(int set_id, const Config& config, ControlChannel* channel
       timeline_(timeline),
       world_ranks_(std::move(world_ranks)),
       cache_(config.cache_capacity) {
-  if (channel_->rank() == 0) table_ = std::make_unique<MessageTable>(channel_->size());
+  if (channel_->rank() == 0) table_ = std::make_unique<MessageTable>(world_ranks_);
 }
 
 void Controller::Submit(std::shared_ptr<TensorEntry> entry) { unsent_.push_back(std::move(entry)); }
@@ -58,6 +61,29 @@ void Controller::BuildBits(Clock::time_point now) {
   }
   unsent_.clear();
 
+  // A group is negotiated as a unit: if any member must go in full, all of them go in full
+  // (cached members would otherwise complete alone and the rest wait for them forever). While a
+  // rank has joined, cached collectives other than allreduce and barrier go in full too, so the
+  // coordinator can fail them ("not supported while a rank has joined").
+  std::unordered_set<std::string> full_groups;
+  for (auto& [name, e] : pending_) {
+    bool cached = e->is_cached && cache_.Has(e->cache_bit) && cache_.Get(e->cache_bit).name == name;
+    if (!cached && e->request.group_size > 1) full_groups.insert(e->request.group);
+  }
+  const bool anyone_joined = join_ != nullptr || peers_joined_;
+  for (auto& [name, e] : pending_) {
+    if (!e->is_cached) continue;
+    const bool group_in_full = e->request.group_size > 1 && full_groups.count(e->request.group);
+    const bool refused_while_joined =
+        anyone_joined && e->request.op != OpType::kAllreduce && e->request.op != OpType::kBarrier;
+    if (group_in_full || refused_while_joined) {
+      if (cache_.Has(e->cache_bit) && cache_.Get(e->cache_bit).name == name) {
+        invalidate(e->cache_bit);
+      }
+      e->is_cached = false;
+    }
+  }
+
   bool needs_full = join_ && !join_sent_;
   const auto stall_age = std::chrono::duration<double>(config_.stall_check_time_s / 2);
   for (auto& [name, e] : pending_) {
@@ -79,7 +105,8 @@ void Controller::BuildBits(Clock::time_point now) {
   if (join_) {
     // A joined rank is ready for every cached allreduce (it contributes zeros).
     for (uint32_t bit = 0; bit < static_cast<uint32_t>(cache_.capacity()); ++bit) {
-      if (cache_.Has(bit) && cache_.Get(bit).op == OpType::kAllreduce) {
+      const OpType op = cache_.Has(bit) ? cache_.Get(bit).op : OpType::kJoin;
+      if (op == OpType::kAllreduce || op == OpType::kBarrier) {
         bits_[bit / 64] |= 1ULL << (bit % 64);
       }
     }
@@ -88,6 +115,7 @@ void Controller::BuildBits(Clock::time_point now) {
   if (!needs_full) flags |= kFlagNothingUncached;
   if (!shutdown_requested_) flags |= kFlagNoShutdown;
   if (join_) flags |= kFlagJoined;
+  if (!join_) flags |= kFlagNobodyJoined;
   bits_[2 * w] = flags;
   sent_hash_ = cache_.hash();
   bits_[2 * w + 1] = sent_hash_;
@@ -111,6 +139,13 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
   const uint64_t flags = bits_[2 * w];
   bool exchange = !(flags & kFlagNothingUncached) || !(flags & kFlagNoShutdown);
   const bool all_joined = (flags & kFlagJoined) != 0;
+  peers_joined_ = (flags & kFlagNobodyJoined) == 0;
+  if (all_joined) {
+    // The join completes in this round; this rank's cached tensors must reach the coordinator's
+    // table first, or nobody would ever submit them again.
+    for (auto& [name, e] : pending_) e->is_cached = false;
+    exchange = true;
+  }
 
   for (uint32_t word = 0; word < w; ++word) {
     uint64_t invalid = ~bits_[w + word];

@@ -86,6 +86,7 @@ class Controller {
   std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // by name
   std::shared_ptr<TensorEntry> join_;  // this rank's pending join, if any
   bool join_sent_ = false;
+  bool peers_joined_ = false;  // the last round saw a joined rank
   bool shutdown_requested_ = false;
   bool shutdown_sent_ = false;
   std::string shutdown_reason_;

@@ -27,7 +27,8 @@ std::string TrailingString(const Shape& s) {
 }  // namespace
 
 Response MergeRequests(const std::string& name, const std::vector<Request>& by_rank,
-                       const std::vector<bool>& present) {
+                       const std::vector<bool>& present, const std::vector<int>* world_ranks) {
+  auto world = [&](int r) { return world_ranks ? (*world_ranks)[r] : r; };
   int ref = -1;
   for (size_t r = 0; r < present.size(); ++r) {
     if (present[r]) {
@@ -40,7 +41,7 @@ Response MergeRequests(const std::string& name, const std::vector<Request>& by_r
     return ErrorResponse(
         q0, StatusCode::kPreconditionError,
         fmt::format("Mismatched {} for tensor '{}': rank {} has {}, rank {} has {}", what, name,
-                    ref, a, r, b));
+                    world(ref), a, world(r), b));
   };
   bool any_absent = false;
   for (size_t i = 0; i < present.size(); ++i) {
@@ -146,7 +147,7 @@ Response MergeRequests(const std::string& name, const std::vector<Request>& by_r
         return ErrorResponse(q0, StatusCode::kInvalidArgument,
                              fmt::format("alltoall of tensor '{}': rank {} sent {} splits for {} "
                                          "ranks",
-                                         name, r, by_rank[r].splits.size(), n));
+                                         name, world(r), by_rank[r].splits.size(), n));
       }
       p.splits.insert(p.splits.end(), by_rank[r].splits.begin(), by_rank[r].splits.end());
     }
@@ -162,7 +163,7 @@ bool MessageTable::IsReady(const Pending& p) const {
 }
 
 Response MessageTable::Build(const std::string& name, const Pending& p) const {
-  return MergeRequests(name, p.by_rank, p.submitted);
+  return MergeRequests(name, p.by_rank, p.submitted, &world_ranks_);
 }
 
 void MessageTable::TakeReady(const std::string& name, std::vector<Response>* ready) {

@@ -16,7 +16,11 @@ namespace hvdc {
 class MessageTable {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit MessageTable(int size) : size_(size), joined_(size, false) {}
+  // world_ranks: set rank -> world rank, for the messages users read.
+  explicit MessageTable(std::vector<int> world_ranks)
+      : size_(static_cast<int>(world_ranks.size())),
+        world_ranks_(std::move(world_ranks)),
+        joined_(size_, false) {}
 
   // Adds rank's request; ready responses are appended to *ready in a deterministic order.
   void Add(int rank, const Request& request, Clock::time_point now, std::vector<Response>* ready);
@@ -51,6 +55,7 @@ class MessageTable {
   void EmitReadyGroups(std::vector<Response>* ready);
 
   int size_;
+  std::vector<int> world_ranks_;
   std::vector<bool> joined_;
   int last_joined_ = -1;
   uint64_t next_order_ = 0;
@@ -61,7 +66,9 @@ class MessageTable {
 
 // Cross-rank agreement checks, exposed for tests. Returns an error response for `name` when the
 // requests disagree; otherwise the merged response.
+// Ranks in messages are world_ranks[r] when given.
 Response MergeRequests(const std::string& name, const std::vector<Request>& by_rank,
-                       const std::vector<bool>& present);
+                       const std::vector<bool>& present,
+                       const std::vector<int>* world_ranks = nullptr);
 
 }  // namespace hvdc

@@ -15,7 +15,8 @@ ResponseCache::Lookup ResponseCache::Find(const Request& q, int set_rank, uint32
   auto it = by_name_.find(q.name);
   if (it == by_name_.end()) return Lookup::kMiss;
   const Response& p = slots_[it->second].response;
-  bool same = p.op == q.op && p.dtype == q.dtype && p.device == q.device &&
+  // Device kind only: with one GPU per rank the ordinals differ across ranks.
+  bool same = p.op == q.op && p.dtype == q.dtype && (p.device < 0) == (q.device < 0) &&
               p.reduce_op == q.reduce_op && p.prescale == q.prescale &&
               p.postscale == q.postscale && p.group_size == q.group_size && p.group == q.group;
   if (same) {

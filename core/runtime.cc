@@ -61,6 +61,25 @@ Status Runtime::Create(Config config, std::unique_ptr<Transport> transport,
   std::vector<int> all(topo.size);
   std::iota(all.begin(), all.end(), 0);
   HVDC_RETURN_IF_ERROR(rt->CreateSet(0, all));
+  {
+    // Every rank plans batches itself, so the settings that shape them must agree.
+    const Config& c = rt->config_;
+    const uint64_t h =
+        HashRanks({static_cast<int>(c.fusion_threshold_bytes),
+                   static_cast<int>(c.fusion_threshold_bytes >> 31),
+                   static_cast<int>(c.zero_copy_bytes), static_cast<int>(c.chunk_bytes),
+                   static_cast<int>(c.cache_capacity), c.disable_group_fusion ? 1 : 0});
+    bool equal = false;
+    HVDC_RETURN_IF_ERROR(rt->transport_->CheckAgreement(h, &equal));
+    if (!equal) {
+      return Status::InvalidArgument(fmt::format(
+          "HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY, HOROVOD_DISABLE_GROUP_FUSION, "
+          "HVDC_CHUNK_BYTES and HVDC_ZERO_COPY_BYTES must be equal on every rank (they decide how "
+          "tensors are batched); rank {} has {}, {}, {}, {}, {}",
+          topo.rank, c.fusion_threshold_bytes, c.cache_capacity, c.disable_group_fusion,
+          c.chunk_bytes, c.zero_copy_bytes));
+    }
+  }
   for (size_t i = 0; i < extra_sets.size(); ++i) {
     std::vector<int> ranks = extra_sets[i];
     std::sort(ranks.begin(), ranks.end());
@@ -370,7 +389,6 @@ void Runtime::HandleResult(SetState& st, RoundResult& result, Clock::time_point 
   if (result.shutdown) {
     if (st.removing && !shutting_down_) {
       CloseSet(st, Status::InvalidArgument(fmt::format("process set {} was removed", st.id)));
-      st.removed.set_value();
       return;
     }
     BeginShutdown(result.shutdown_reason);
@@ -395,6 +413,7 @@ void Runtime::BeginShutdown(const std::string& reason) {
 
 void Runtime::CloseSet(SetState& st, const Status& why) {
   st.closed = true;
+  SignalRemoved(st);
   st.queue.Close(why);
   auto pending = st.controller->TakeAllPending();
   for (auto& e : st.queue.Drain()) pending.push_back(std::move(e));
@@ -430,6 +449,7 @@ void Runtime::CheckRoundDeadline(SetState& st, Clock::time_point now) {
         "process set {}: ranks {} did not take part in negotiation for {:.1f} s "
         "(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={}); a rank is stuck or dead. Shutting down.",
         st.id, st.ranks, waited_s, config_.stall_shutdown_time_s));
+    return;
   }
   if (shutting_down_ && now - shutdown_started_ > std::chrono::seconds(60)) {
     Abandon(
@@ -444,6 +464,7 @@ void Runtime::Abandon(const std::string& reason) {
   if (!shutting_down_) {
     down_reason_ = reason;
     down_.store(true);
+    shutdown_started_ = Clock::now();
   }
   shutting_down_ = true;
   const Status why = Status::UnknownError(reason);
@@ -452,6 +473,7 @@ void Runtime::Abandon(const std::string& reason) {
     st->queue.Close(why);
     if (st->set_rank < 0 || st->closed) continue;
     st->closed = true;
+    SignalRemoved(*st);
     auto pending = st->controller->TakeAllPending();
     for (auto& e : st->queue.Drain()) pending.push_back(std::move(e));
     // Peers are gone: the executor may never return, so fail these here.
@@ -465,12 +487,24 @@ void Runtime::Abandon(const std::string& reason) {
 }
 
 template <typename F>
-auto Runtime::OnControlThread(F&& fn) -> decltype(fn()) {
+auto Runtime::OnControlThread(F&& fn, decltype(fn()) fallback) -> decltype(fn()) {
   using R = decltype(fn());
-  std::packaged_task<R()> task(std::forward<F>(fn));
-  auto future = task.get_future();
-  boost::asio::post(io_, [&task] { task(); });
+  auto task = std::make_shared<std::packaged_task<R()>>(std::forward<F>(fn));
+  auto future = task->get_future();
+  boost::asio::post(io_, [task] { (*task)(); });
+  // A stopped io_context never runs the task (nor anything posted after it), so giving up is safe.
+  while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (finished_) return fallback;
+  }
   return future.get();
+}
+
+void Runtime::SignalRemoved(SetState& st) {
+  if (st.removing && !st.removed_signalled) {
+    st.removed_signalled = true;
+    st.removed.set_value();
+  }
 }
 
 int Runtime::AddProcessSet(std::vector<int> ranks) {
@@ -480,32 +514,35 @@ int Runtime::AddProcessSet(std::vector<int> ranks) {
   const bool valid = !ranks.empty() &&
                      std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
                      ranks.front() >= 0 && ranks.back() < topology().size;
-  return OnControlThread([&]() -> int {
-    bool equal = false;
-    Status s = transport_->CheckAgreement(HashRanks(valid ? ranks : std::vector<int>{-1}), &equal);
-    if (!s.ok() || !equal || !valid) {
-      LogError("add_process_set({}): {}", ranks,
-               !s.ok()  ? s.message()
-               : !valid ? "invalid ranks"
-                        : "ranks passed different lists");
-      return HVDC_PROCESS_SET_ERROR_INIT;
-    }
-    int id = 1;
-    {
-      std::lock_guard<std::mutex> lock(sets_mu_);
-      for (auto& [sid, st] : sets_) {
-        if (st->ranks == ranks) return HVDC_PROCESS_SET_ERROR_EXISTING_SET;
-      }
-      while (sets_.count(id)) ++id;
-    }
-    s = CreateSet(id, ranks);
-    if (!s.ok()) {
-      LogError("add_process_set({}): {}", ranks, s.message());
-      return HVDC_PROCESS_SET_ERROR_INIT;
-    }
-    Wake();
-    return id;
-  });
+  return OnControlThread(
+      [&]() -> int {
+        bool equal = false;
+        Status s =
+            transport_->CheckAgreement(HashRanks(valid ? ranks : std::vector<int>{-1}), &equal);
+        if (!s.ok() || !equal || !valid) {
+          LogError("add_process_set({}): {}", ranks,
+                   !s.ok()  ? s.message()
+                   : !valid ? "invalid ranks"
+                            : "ranks passed different lists");
+          return HVDC_PROCESS_SET_ERROR_INIT;
+        }
+        int id = 1;
+        {
+          std::lock_guard<std::mutex> lock(sets_mu_);
+          for (auto& [sid, st] : sets_) {
+            if (st->ranks == ranks) return HVDC_PROCESS_SET_ERROR_EXISTING_SET;
+          }
+          while (sets_.count(id)) ++id;
+        }
+        s = CreateSet(id, ranks);
+        if (!s.ok()) {
+          LogError("add_process_set({}): {}", ranks, s.message());
+          return HVDC_PROCESS_SET_ERROR_INIT;
+        }
+        Wake();
+        return id;
+      },
+      HVDC_PROCESS_SET_ERROR_SHUTDOWN);
 }
 
 int Runtime::RemoveProcessSet(int id) {
@@ -513,30 +550,34 @@ int Runtime::RemoveProcessSet(int id) {
   if (down_.load()) return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
   std::shared_ptr<SetState> st = FindSet(id);
   if (!st || id == 0) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
-  std::future<void> removed = st->removed.get_future();
-  int rc = OnControlThread([&]() -> int {
-    bool equal = false;
-    Status s = transport_->CheckAgreement(static_cast<uint64_t>(id), &equal);
-    if (!s.ok() || !equal) return HVDC_PROCESS_SET_ERROR_INIT;
-    if (st->set_rank >= 0) {
-      st->removing = true;
-      st->controller->RequestShutdown("");
-      Wake();
-    }
-    return 0;
-  });
+  std::shared_future<void> removed = st->removed_future;
+  int rc = OnControlThread(
+      [&]() -> int {
+        bool equal = false;
+        Status s = transport_->CheckAgreement(static_cast<uint64_t>(id), &equal);
+        if (!s.ok() || !equal) return HVDC_PROCESS_SET_ERROR_INIT;
+        if (st->set_rank >= 0) {
+          st->removing = true;
+          st->controller->RequestShutdown("");
+          if (st->closed) SignalRemoved(*st);
+          Wake();
+        }
+        return 0;
+      },
+      HVDC_PROCESS_SET_ERROR_SHUTDOWN);
   if (rc != 0) return rc;
   if (st->set_rank >= 0) {
     removed.wait();
     st->executor->Stop();
   }
-  OnControlThread([&] {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    sets_.erase(id);
-    st->channels = ProcessSetChannels();  // frees the communicators on the control thread
-    return 0;
-  });
-  return 0;
+  return OnControlThread(
+      [&] {
+        std::lock_guard<std::mutex> lock(sets_mu_);
+        sets_.erase(id);
+        st->channels = ProcessSetChannels();  // frees the communicators on the control thread
+        return 0;
+      },
+      0);
 }
 
 int Runtime::ProcessSetRank(int id) const {
@@ -586,6 +627,15 @@ Status Runtime::StopTimeline() {
 
 Status Runtime::Shutdown() {
   if (shutdown_called_.exchange(true)) return Status::OK();
+  if (!control_thread_.joinable()) {  // Create() failed before starting it
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, st] : sets_) {
+      if (st->executor) st->executor->Stop();
+    }
+    sets_.clear();
+    transport_->Finalize();
+    return Status::OK();
+  }
   boost::asio::post(io_, [this] {
     BeginShutdown("");
     Wake();

@@ -81,7 +81,9 @@ class Runtime {
     // Control-thread bookkeeping.
     bool closed = false;
     bool removing = false;
-    std::promise<void> removed;
+    std::promise<void> removed;  // fulfilled once, when a set being removed has closed
+    std::shared_future<void> removed_future = removed.get_future().share();
+    bool removed_signalled = false;
     Clock::time_point first_unsent{};
     Clock::time_point next_retry{};
     Clock::time_point last_round_end{};
@@ -94,8 +96,11 @@ class Runtime {
   Runtime(Config config, std::unique_ptr<Transport> transport, std::vector<Backend*> backends);
   Status CreateSet(int id, std::vector<int> ranks);
   std::shared_ptr<SetState> FindSet(int id) const;
+  // Runs fn on the control thread and returns its result, or `fallback` if the control thread has
+  // stopped (shutdown) before running it.
   template <typename F>
-  auto OnControlThread(F&& fn) -> decltype(fn());
+  auto OnControlThread(F&& fn, decltype(fn()) fallback) -> decltype(fn());
+  void SignalRemoved(SetState& st);
 
   // Control thread.
   void Wake();  // from any thread

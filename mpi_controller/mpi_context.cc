@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 
@@ -11,8 +12,9 @@ namespace hvdc {
 namespace mpi {
 namespace {
 
-// MPI itself is process-wide state, and so is the answer to "did we initialize it". Contexts that
-// use an MPI we initialized share it; the last of them to Finalize() calls MPI_Finalize.
+// MPI itself is process-wide state, and so is the answer to "did we initialize it". When we
+// initialize MPI we finalize it at process exit, not at shutdown(): MPI cannot be initialized
+// twice, and init() after shutdown() must start a fresh runtime.
 std::mutex g_init_mu;
 bool g_initialized_by_us = false;  // guarded by g_init_mu
 int g_owners = 0;                  // live contexts that own MPI; guarded by g_init_mu
@@ -21,6 +23,12 @@ bool MpiFinalized() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   return finalized != 0;
+}
+
+void FinalizeAtExit() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized && !MpiFinalized()) MPI_Finalize();
 }
 
 // Initializes MPI unless it already is; *owns says whether it is ours to finalize.
@@ -40,6 +48,7 @@ Status AcquireMpi(bool serialized_only, bool* owns) {
     HVDC_RETURN_IF_ERROR(
         MpiStatus(MPI_Init_thread(nullptr, nullptr, required, &provided), "MPI_Init_thread"));
     g_initialized_by_us = true;
+    std::atexit(FinalizeAtExit);
   }
   if (g_initialized_by_us) {
     *owns = true;
@@ -48,10 +57,10 @@ Status AcquireMpi(bool serialized_only, bool* owns) {
   return Status::OK();
 }
 
-// Drops one owner; the last one finalizes MPI if asked to.
-void ReleaseMpi(bool finalize) {
+// Drops one owner (MPI itself is finalized at exit).
+void ReleaseMpi(bool /*finalize*/) {
   std::lock_guard<std::mutex> lock(g_init_mu);
-  if (--g_owners == 0 && finalize && !MpiFinalized()) MPI_Finalize();
+  --g_owners;
 }
 
 std::string RanksString(const std::vector<int>& ranks) {

@@ -29,7 +29,8 @@ if [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
 
   step "build + thread-rank tests under TSan"
-  tsan_tests=(thread_rank_test thread_rank_stall_test local_world_test timeline_test logging_test)
+  tsan_tests=(thread_rank_test thread_rank_stall_test thread_rank_review_test local_world_test
+              timeline_test logging_test)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDC_SANITIZE=thread \
     -DHVDC_BUILD_BENCH=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"

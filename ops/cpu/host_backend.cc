@@ -178,10 +178,16 @@ class HostBackend : public Backend {
       }
       Shape out_shape = WithFirstDim(r.shape, rows);
       void* out = Allocate(*item.entry, out_shape);
-      if (out == nullptr && rows * row_bytes > 0) return AllocFailure(r, out_shape);
+      Status failed;
+      if (out == nullptr && rows * row_bytes > 0) {
+        // Still take part (into scratch memory) so the peers' collective is matched.
+        failed = AllocFailure(r, out_shape);
+        out = ctx.buffer->Reserve(rows * row_bytes);
+      }
       const int me = ctx.comm->rank();
       HVDC_RETURN_IF_ERROR(
           ctx.comm->Allgatherv(item.entry->input, recv_bytes[me], out, recv_bytes));
+      HVDC_RETURN_IF_ERROR(failed);
     }
     return Status::OK();
   }
@@ -220,8 +226,13 @@ class HostBackend : public Backend {
       }
       Shape out_shape = WithFirstDim(r.shape, rows);
       void* out = Allocate(*item.entry, out_shape);
-      if (out == nullptr && rows * row_bytes > 0) return AllocFailure(r, out_shape);
+      Status failed;
+      if (out == nullptr && rows * row_bytes > 0) {
+        failed = AllocFailure(r, out_shape);
+        out = ctx.buffer->Reserve(rows * row_bytes);
+      }
       HVDC_RETURN_IF_ERROR(ctx.comm->Alltoallv(item.entry->input, send_bytes, out, recv_bytes));
+      HVDC_RETURN_IF_ERROR(failed);
     }
     return Status::OK();
   }
@@ -240,15 +251,24 @@ class HostBackend : public Backend {
       Shape out_shape = WithFirstDim(r.shape, counts[me] / std::max<int64_t>(row, 1));
       if (row == 0) out_shape[0] = dim0 / n + (me < dim0 % n ? 1 : 0);
       void* out = Allocate(*item.entry, out_shape);
-      if (out == nullptr && counts[me] > 0) return AllocFailure(r, out_shape);
       const void* send = item.entry->input;
       const int64_t total = dim0 * row;
+      Status failed;
+      // Scratch layout: [scaled input | output when allocation failed].
+      const int64_t scaled_bytes = b.prescale != 1.0 ? total * esize : 0;
+      uint8_t* scratch = nullptr;
+      if (out == nullptr && counts[me] > 0) {
+        failed = AllocFailure(r, out_shape);
+        scratch = ctx.buffer->Reserve(scaled_bytes + counts[me] * esize);
+        out = scratch + scaled_bytes;
+      }
       if (b.prescale != 1.0 && total > 0) {
-        uint8_t* scaled = ctx.buffer->Reserve(total * esize);
+        uint8_t* scaled = scratch ? scratch : ctx.buffer->Reserve(total * esize);
         cpu::ScaleCopy(scaled, send, total, b.dtype, b.prescale);
         send = scaled;
       }
       HVDC_RETURN_IF_ERROR(ctx.comm->ReduceScatter(send, out, counts, b.dtype, b.reduce_op));
+      HVDC_RETURN_IF_ERROR(failed);
       if (b.postscale != 1.0 && counts[me] > 0) {
         cpu::ScaleCopy(out, out, counts[me], b.dtype, b.postscale);
       }
