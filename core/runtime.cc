@@ -314,6 +314,7 @@ bool Runtime::ShouldStart(SetState& st, Clock::time_point now, Clock::time_point
 void Runtime::OnWake() {
   wake_posted_.store(false);
   const auto spin_until = Clock::now() + microseconds(30);
+  bool spun_round = false;  // spin only for rounds this call started, never on timer polls
   for (;;) {
     std::vector<std::shared_ptr<SetState>> sets;
     {
@@ -325,6 +326,7 @@ void Runtime::OnWake() {
     const auto now = Clock::now();
     auto wake_at = now + std::chrono::hours(1);
     bool any_in_round = false;
+    bool started = false;  // a round started in this pass: worth a short spin
     for (auto& sp : sets) {
       SetState& st = *sp;
       Controller& c = *st.controller;
@@ -335,6 +337,7 @@ void Runtime::OnWake() {
         if (!c.in_round()) {
           if (!ShouldStart(st, now, &wake_at)) break;
           c.StartRound(now);
+          started = true;
           st.poll_delay = Clock::duration::zero();
           st.next_poll = now;
         }
@@ -355,7 +358,13 @@ void Runtime::OnWake() {
       io_.stop();
       return;
     }
-    if (any_in_round && Clock::now() < spin_until) continue;
+    // Spin briefly for the round to finish (latency) -- but not while a batch executes: on a rank
+    // pinned to one core the spinning would take the executor's CPU.
+    spun_round |= started;
+    if (any_in_round && spun_round && Clock::now() < spin_until &&
+        std::none_of(sets.begin(), sets.end(), [](auto& s) { return s->executor->busy(); })) {
+      continue;
+    }
     for (auto& sp : sets) {
       SetState& st = *sp;
       if (st.closed || !st.controller->in_round()) continue;
