@@ -94,9 +94,12 @@ int ParseReduceOp(const std::string& s) {
 
 const char* ReduceOpName(int op) { return op == HVDC_AVERAGE ? "average" : "sum"; }
 
-void OursStep(const Context& ctx, AllreduceBatch* batch, Completion* done, WaitMode mode) {
+void OursStep(const Context& ctx, AllreduceBatch* batch, Completion* done, WaitMode mode,
+              double* enqueue_s) {
   done->Reset(static_cast<int>(batch->count()));
+  double t0 = enqueue_s ? MPI_Wtime() : 0;
   batch->EnqueueAll(ctx, done);
+  if (enqueue_s) *enqueue_s += MPI_Wtime() - t0;
   done->Wait(mode);
   if (done->errors()) {
     Fail(ctx, "%d of %zu callbacks failed; first: %s", done->errors(), batch->count(),

@@ -64,7 +64,9 @@ void VerifyOurs(const Context& ctx, const Buffers& buffers, AllreduceBatch* batc
                 WaitMode mode);
 
 // One step: enqueue every tensor (in order), wait for every callback; fails the job on an error.
-void OursStep(const Context& ctx, AllreduceBatch* batch, Completion* done, WaitMode mode);
+// If `enqueue_s` is given, adds the time the hvdc_enqueue calls alone took.
+void OursStep(const Context& ctx, AllreduceBatch* batch, Completion* done, WaitMode mode,
+              double* enqueue_s = nullptr);
 
 }  // namespace bench
 
