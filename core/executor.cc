@@ -28,8 +28,13 @@ void Executor::Submit(std::vector<Batch> batches) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& b : batches) batches_.push_back(std::move(b));
+    if (!stopping_) {
+      for (auto& b : batches) batches_.push_back(std::move(b));
+      batches.clear();
+    }
   }
+  // After Stop() nothing would run them: run here, so every callback still runs exactly once.
+  for (auto& b : batches) Run(b);
   cv_.notify_one();
 }
 

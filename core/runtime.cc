@@ -422,23 +422,26 @@ void Runtime::BeginShutdown(const std::string& reason) {
 
 void Runtime::CloseSet(SetState& st, const Status& why) {
   st.closed = true;
-  SignalRemoved(st);
   st.queue.Close(why);
   auto pending = st.controller->TakeAllPending();
   for (auto& e : st.queue.Drain()) pending.push_back(std::move(e));
-  if (pending.empty()) return;
-  // Fail them on the executor, after every batch already agreed (callbacks never run here).
-  Batch failed;
-  failed.error_code = why.code();
-  failed.error_message = why.message();
-  for (auto& e : pending) {
-    Response r;
-    r.name = e->request.name;
-    failed.items.push_back(BatchItem{std::move(r), std::move(e)});
+  if (!pending.empty()) {
+    // Fail them on the executor, after every batch already agreed (callbacks never run here).
+    Batch failed;
+    failed.error_code = why.code();
+    failed.error_message = why.message();
+    for (auto& e : pending) {
+      Response r;
+      r.name = e->request.name;
+      failed.items.push_back(BatchItem{std::move(r), std::move(e)});
+    }
+    std::vector<Batch> batches;
+    batches.push_back(std::move(failed));
+    st.executor->Submit(std::move(batches));
   }
-  std::vector<Batch> batches;
-  batches.push_back(std::move(failed));
-  st.executor->Submit(std::move(batches));
+  // Only now: the remover stops the executor once it hears of this, and the executor must already
+  // hold the failed batch so those callbacks still run.
+  SignalRemoved(st);
 }
 
 void Runtime::CheckRoundDeadline(SetState& st, Clock::time_point now) {
