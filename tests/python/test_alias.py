@@ -1,6 +1,7 @@
 """The ``horovod`` import alias: unmodified Horovod scripts on horovod_compat."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -77,6 +78,6 @@ def test_unmodified_script_under_np2(tmp_path, launcher):
     result = subprocess.run(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, timeout=240)
     assert result.returncode == 0, result.stdout
-    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("ALIAS"))
+    lines = sorted(x.strip() for x in re.findall(r"ALIAS [^\n]*?(?=ALIAS |$)", result.stdout, re.M))
     assert lines == [f"ALIAS rank={r} size=2 total=1.0 args=['--flag', '1']" for r in range(2)], \
         result.stdout

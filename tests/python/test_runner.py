@@ -2,6 +2,7 @@
 process, so the nested mpirun does not inherit an MPI job's environment)."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -92,7 +93,7 @@ def test_horovodrun_np2_end_to_end(tmp_path):
               f"cycle={os.environ['HOROVOD_CYCLE_TIME']}", flush=True)
         """, "--fusion-threshold-mb", "1", "--cycle-time-ms", "3", "--verbose")
     assert result.returncode == 0, result.stdout
-    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("RESULT"))
+    lines = sorted(x.strip() for x in re.findall(r"RESULT [^\n]*?(?=RESULT |$)", result.stdout, re.M))
     assert lines == [f"RESULT rank={r} size=2 total=3.0 fusion=1048576 cycle=3.0"
                      for r in range(2)], result.stdout
     assert "horovodrun: " in result.stdout and "mpirun" in result.stdout
