@@ -13,6 +13,7 @@ import importlib.machinery
 import os
 import runpy
 import sys
+import traceback
 import types
 from typing import Any, List, Optional, Sequence
 
@@ -83,6 +84,41 @@ def uninstall() -> None:
         del sys.modules[name]
 
 
+def _exit_status(error: SystemExit) -> int:
+    if error.code is None:
+        return 0
+    if isinstance(error.code, int):
+        return error.code
+    sys.stderr.write(f"{error.code}\n")
+    return 1
+
+
+def _fail_fast(code: int) -> None:
+    """Ends a failing rank at once, skipping MPI_Finalize. Open MPI then takes the whole job down
+    and reports this rank's code; a rank that finalized first would leave its peers waiting."""
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0"))
+    sys.stderr.write(f"horovod_compat: rank {rank} failed with exit code {code}\n")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _run_failing_fast(run: Any) -> None:
+    try:
+        run()
+    except SystemExit as error:
+        code = _exit_status(error)
+        if code == 0:
+            raise
+        _fail_fast(code)
+    except BaseException:  # noqa: BLE001 - the script's own error, reported as Python would
+        traceback.print_exc()
+        _fail_fast(1)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
     if not args:
@@ -95,12 +131,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             sys.stderr.write("horovod_compat.alias: -m needs a module name\n")
             sys.exit(2)
         sys.argv = [args[1]] + args[2:]
-        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        _run_failing_fast(lambda: runpy.run_module(args[1], run_name="__main__",
+                                                   alter_sys=True))
     else:
         script = args[0]
         sys.argv = list(args)
         sys.path[0] = os.path.dirname(os.path.abspath(script))
-        runpy.run_path(script, run_name="__main__")
+        _run_failing_fast(lambda: runpy.run_path(script, run_name="__main__"))
 
 
 if __name__ == "__main__":

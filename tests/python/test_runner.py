@@ -108,12 +108,17 @@ def test_horovodrun_failing_rank_fails_the_job(tmp_path):
         hvd.init()
         if hvd.rank() == 1:
             sys.exit(7)
-        # Rank 0 would wait for rank 1 forever; the launcher must take the job down.
-        hvd.allreduce(tf.constant(1.0))
+        # Rank 1's exit shuts the runtime down, so this allreduce fails on rank 0; rank 0 then
+        # hangs on purpose: the launcher must take the job down and report rank 1's exit code.
+        try:
+            hvd.allreduce(tf.constant(1.0))
+        except Exception as error:  # noqa: BLE001 - any failure is fine here
+            print("rank 0 saw:", type(error).__name__, flush=True)
         time.sleep(300)
         """)
     assert result.returncode != 0, result.stdout
     assert result.returncode == 7, result.stdout
+    assert "rank 1 failed with exit code 7" in result.stdout, result.stdout
 
 
 def test_check_build_lists_frameworks(capsys):
