@@ -1,6 +1,6 @@
 """Fashion-MNIST with Keras 3 model.fit on horovod_compat.
 
-    horovodrun -np 2 python examples/keras_fashion_mnist.py [--epochs 4]
+    horovodrun -np 2 python examples/keras_fashion_mnist.py [--epochs 4] [--short]
     mpirun -np 2 python examples/keras_fashion_mnist.py
     python examples/keras_fashion_mnist.py                 (single process)
 
@@ -9,30 +9,14 @@ trains on its own shard of the training set.
 """
 
 import argparse
-import gzip
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
 import keras  # noqa: E402
 
 import horovod_compat.tensorflow.keras as hvd  # noqa: E402
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def load(data_dir, split):
-    prefix = "train" if split == "train" else "t10k"
-    x = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"))
-    y = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"))
-    return (x.astype(np.float32) / 255.0)[..., None], y.astype(np.int64)
+from fashion_mnist_data import DEFAULT_DATA_DIR, load  # noqa: E402  (examples/ is on sys.path)
 
 
 def build_model():
@@ -55,15 +39,21 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--lr", type=float, default=0.001, help="single-rank learning rate")
     parser.add_argument("--warmup-epochs", type=int, default=1)
-    parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     parser.add_argument("--checkpoint", default="fashion_mnist_checkpoint.weights.h5")
+    parser.add_argument("--short", action="store_true",
+                        help="quick run: one epoch on the first 8000 training images")
     args = parser.parse_args()
+    if args.short:
+        args.epochs = 1
 
     hvd.init()
     keras.utils.set_random_seed(1234 + hvd.rank())
 
     x_train, y_train = load(args.data_dir, "train")
     x_test, y_test = load(args.data_dir, "test")
+    if args.short:
+        x_train, y_train = x_train[:8000], y_train[:8000]
     x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
 
     scaled_lr = args.lr * hvd.size()
