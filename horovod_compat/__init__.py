@@ -5,3 +5,5 @@ Use ``import horovod_compat.tensorflow as hvd`` where Horovod scripts say
 """
 
 __version__ = "0.1.0"
+
+from horovod_compat.runner import run  # noqa: E402,F401  (horovod.run)

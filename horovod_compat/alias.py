@@ -60,6 +60,7 @@ def _root_module() -> types.ModuleType:
     if _root is None:
         _root = types.ModuleType(ALIAS, "horovod_compat under the name 'horovod'.")
         _root.__version__ = HOROVOD_VERSION
+        _root.run = importlib.import_module(TARGET).run  # horovod.run
         _root.__path__ = []  # a package: submodules come from the alias finder
     return _root
 

@@ -177,6 +177,38 @@ class _DistributedMixin:
                                   "compute_gradients with a tf.GradientTape.")
 
 
+def _settings(base: type, name: Optional[str] = None, device_dense: str = "",
+              device_sparse: str = "", compression: type = Compression.none,
+              sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
+              op: int = Average, backward_passes_per_step: int = 1,
+              average_aggregated_gradients: bool = False, groups: Any = None,
+              process_set: Any = global_process_set,
+              scale_local_gradients: bool = True) -> dict:
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    return dict(name=name or "Distributed" + base.__name__, device_dense=device_dense,
+                device_sparse=device_sparse, compression=compression,
+                sparse_as_dense=sparse_as_dense,
+                gradient_predivide_factor=gradient_predivide_factor, op=op,
+                backward_passes_per_step=int(backward_passes_per_step),
+                average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+                process_set=process_set, scale_local_gradients=scale_local_gradients)
+
+
+def _distributed_class(base: type, settings: dict) -> type:
+    """A subclass of the Keras 3 optimizer class ``base`` with the same ``__name__`` whose
+    ``apply`` allreduces gradients as ``settings`` say."""
+    if getattr(base, "_hvd_settings", None):
+        raise ValueError("The optimizer is already a Horovod DistributedOptimizer.")
+    if not hasattr(base, "apply"):
+        raise ValueError(f"{base.__name__} is not a Keras 3 optimizer; Keras 2 optimizers are "
+                         "not supported on this TensorFlow version.")
+    # The mixin comes first in the MRO, so its zero-argument super() calls reach ``base``.
+    return type(base.__name__, (_DistributedMixin, base), {
+        "_hvd_settings": settings, "__module__": base.__module__,
+        "__qualname__": base.__qualname__})
+
+
 def create_distributed_optimizer(optimizer: Any, name: Optional[str] = None,
                                  device_dense: str = "", device_sparse: str = "",
                                  compression: type = Compression.none,
@@ -189,28 +221,88 @@ def create_distributed_optimizer(optimizer: Any, name: Optional[str] = None,
     """A fresh optimizer of a subclass of ``type(optimizer)`` (same ``__name__``) that allreduces
     gradients in ``apply``; built from ``optimizer.get_config()``."""
     base = type(optimizer)
-    if getattr(base, "_hvd_settings", None):
-        raise ValueError("The optimizer is already a Horovod DistributedOptimizer.")
-    if not hasattr(base, "apply"):
-        raise ValueError(f"{base.__name__} is not a Keras 3 optimizer; Keras 2 optimizers are "
-                         "not supported on this TensorFlow version.")
-    if backward_passes_per_step < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
-    settings = dict(name=name or "Distributed" + base.__name__, device_dense=device_dense,
-                    device_sparse=device_sparse, compression=compression,
-                    sparse_as_dense=sparse_as_dense,
-                    gradient_predivide_factor=gradient_predivide_factor, op=op,
-                    backward_passes_per_step=int(backward_passes_per_step),
-                    average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-                    process_set=process_set, scale_local_gradients=scale_local_gradients)
-    # The mixin comes first in the MRO, so its zero-argument super() calls reach ``base``.
-    cls = type(base.__name__, (_DistributedMixin, base), {
-        "_hvd_settings": settings, "__module__": base.__module__,
-        "__qualname__": base.__qualname__})
+    settings = _settings(base, name=name, device_dense=device_dense,
+                         device_sparse=device_sparse, compression=compression,
+                         sparse_as_dense=sparse_as_dense,
+                         gradient_predivide_factor=gradient_predivide_factor, op=op,
+                         backward_passes_per_step=backward_passes_per_step,
+                         average_aggregated_gradients=average_aggregated_gradients,
+                         groups=groups, process_set=process_set,
+                         scale_local_gradients=scale_local_gradients)
+    cls = _distributed_class(base, settings)
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name
     return cls.from_config(config)
+
+
+# Keras optimizers that wrap another optimizer: their config holds the inner one, so they are
+# not replaced by load_model (the inner optimizer is, when it is deserialized).
+_WRAPPER_OPTIMIZERS = ("LossScaleOptimizer", "MultiOptimizer")
+
+
+def _builtin_optimizer_classes() -> List[type]:
+    import keras
+    classes = []
+    for attr in dir(keras.optimizers):
+        cls = getattr(keras.optimizers, attr)
+        if (isinstance(cls, type) and issubclass(cls, keras.optimizers.Optimizer)
+                and cls is not keras.optimizers.Optimizer
+                and cls.__name__ not in _WRAPPER_OPTIMIZERS):
+            classes.append(cls)
+    return classes
+
+
+def load_model(filepath: Any, custom_optimizers: Any = None, custom_objects: Any = None,
+               compression: type = Compression.none, legacy_opts: bool = False) -> Any:
+    """``keras.models.load_model`` with every optimizer deserialized as its distributed
+    subclass, so a restored model keeps training with allreduced gradients.
+
+    Keras 3 deserializes built-in optimizers under their lower-cased class name (``"sgd"``) and
+    custom ones under their class name; both spellings map to the distributed class.
+    ``custom_optimizers`` (classes) are wrapped too; ``custom_objects`` are passed through and
+    take precedence."""
+    import keras
+    if legacy_opts:
+        raise ValueError("legacy_opts=True: keras.optimizers.legacy does not exist in Keras 3; "
+                         "save and load models with Keras 3 optimizers.")
+    objects: dict = {}
+    for cls in _builtin_optimizer_classes():
+        wrapped = _distributed_class(cls, _settings(cls, compression=compression))
+        objects[cls.__name__.lower()] = wrapped
+        objects[cls.__name__] = wrapped
+    for cls in custom_optimizers or []:
+        objects[cls.__name__] = _distributed_class(cls, _settings(cls, compression=compression))
+    objects.update(custom_objects or {})
+    model = keras.models.load_model(filepath, custom_objects=objects)
+    if str(filepath).endswith((".h5", ".hdf5")):
+        _restore_h5_optimizer_state(model, filepath)
+    return model
+
+
+def _restore_h5_optimizer_state(model: Any, filepath: Any) -> None:
+    """Keras 3's HDF5 loader builds the optimizer for ``model._trainable_variables``, which is
+    empty for Sequential and functional models: the optimizer then rejects the model's
+    variables on the first step and the saved slots are dropped (plain Keras, no Horovod,
+    fails the same way). Rebuild it for the model's trainable variables and restore the saved
+    optimizer weights."""
+    import h5py
+    import numpy as np
+    optimizer = getattr(model, "optimizer", None)
+    if (optimizer is None or not getattr(optimizer, "built", False)
+            or list(optimizer._trainable_variables) or not model.trainable_variables):
+        return
+    optimizer.built = False
+    optimizer.build(model.trainable_variables)
+    with h5py.File(filepath, "r") as f:
+        if "optimizer_weights" not in f:
+            return
+        group = f["optimizer_weights"]
+        names = [n.decode("utf8") if isinstance(n, bytes) else n
+                 for n in group.attrs.get("weight_names", [])]
+        values = [np.asarray(group[n]) for n in names]
+    if len(values) == len(optimizer.variables):
+        optimizer.set_weights(values)
 
 
 def check_op(op: int, gradient_predivide_factor: float, num_groups: int, groups: Any) -> Any:

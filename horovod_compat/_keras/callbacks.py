@@ -1,6 +1,7 @@
 """Keras callbacks (API.md 2.6), ported to Keras 3: no ``ref()``, ``optimizer.variables`` as a
 list, learning rate read and written through ``optimizer.learning_rate``."""
 
+import os
 import warnings
 from typing import Any, Callable, Optional, Union
 
@@ -180,3 +181,51 @@ class LearningRateWarmupCallbackImpl(LearningRateScheduleCallbackImpl):
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
                   f"{_get_lr(self.model.optimizer):g}.")
 
+
+
+class BestModelCheckpointImpl(keras.callbacks.ModelCheckpoint):
+    """``ModelCheckpoint(save_best_only=True)`` that writes on rank 0 only.
+
+    Horovod passes ``filepath=None`` and lets the caller assign ``filepath`` later; Keras 3
+    validates the path in the constructor, so the check (``.keras``/``.h5``, or
+    ``.weights.h5`` with ``save_weights_only``) moves to ``on_train_begin``. Every rank tracks
+    the best value (so ``best`` agrees when the monitored metric is averaged); only rank 0
+    saves."""
+
+    def __init__(self, monitor: str = "val_loss", verbose: int = 0,
+                 save_weights_only: bool = False, mode: str = "auto",
+                 save_freq: Union[str, int] = "epoch", filepath: Any = None) -> None:
+        # A valid placeholder satisfies Keras 3's constructor; the real path is checked later.
+        placeholder = "unset.weights.h5" if save_weights_only else "unset.keras"
+        super().__init__(filepath=placeholder, monitor=monitor, verbose=verbose,
+                         save_best_only=True, save_weights_only=save_weights_only, mode=mode,
+                         save_freq=save_freq)
+        self.filepath = None if filepath is None else os.fspath(filepath)
+
+    def _check_filepath(self) -> None:
+        if self.filepath is None:
+            raise ValueError("BestModelCheckpoint: assign `filepath` (or pass filepath=...) "
+                             "before training.")
+        self.filepath = os.fspath(self.filepath)
+        if self.save_weights_only:
+            if not self.filepath.endswith(".weights.h5"):
+                raise ValueError("BestModelCheckpoint(save_weights_only=True): filepath must "
+                                 f"end in '.weights.h5', got {self.filepath!r}")
+        elif not self.filepath.endswith((".keras", ".h5")):
+            raise ValueError("BestModelCheckpoint: filepath must end in '.keras' or '.h5', "
+                             f"got {self.filepath!r}")
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._check_filepath()
+        super().on_train_begin(logs)
+
+    def _save_model(self, epoch: int, batch: Any, logs: Any) -> None:
+        if mpi_ops.rank() == 0:
+            super()._save_model(epoch, batch, logs)
+            return
+        verbose, self.verbose = self.verbose, 0
+        try:
+            self._should_save_model(epoch, batch, logs,
+                                    self._get_file_path(epoch, batch, logs))
+        finally:
+            self.verbose = verbose

@@ -17,6 +17,7 @@ from horovod_compat import tensorflow as _hvd
 from horovod_compat.tensorflow.keras import (allgather, broadcast,  # noqa: F401
                                              broadcast_global_variables, reducescatter)
 from horovod_compat.keras import callbacks  # noqa: F401
+from horovod_compat.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 
 def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dense: str = "",
@@ -75,3 +76,11 @@ def allreduce(value: Any, name: Optional[str] = None, average: bool = True,
                                 prescale_factor=prescale_factor,
                                 postscale_factor=postscale_factor, op=op,
                                 compression=compression)
+
+
+def load_model(filepath: Any, custom_optimizers: Any = None, custom_objects: Any = None,
+               compression: type = Compression.none) -> Any:
+    """Loads a ``.keras`` or ``.h5`` model; its optimizer comes back as a DistributedOptimizer
+    (gradients compressed with ``compression``). ``custom_optimizers``: optimizer classes
+    outside ``keras.optimizers`` to wrap as well."""
+    return _keras.load_model(filepath, custom_optimizers, custom_objects, compression)

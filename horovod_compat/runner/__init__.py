@@ -1,6 +1,9 @@
-"""Launcher: ``horovodrun`` translated into an ``mpirun`` command line (DESIGN.md "Launching")."""
+"""Launcher: ``horovodrun`` translated into an ``mpirun`` command line (DESIGN.md "Launching"),
+and ``run(func, ...)``, Horovod's programmatic launcher."""
 
 from typing import Optional, Sequence
+
+from horovod_compat.runner.run_func import run  # noqa: F401
 
 
 def run_commandline(argv: Optional[Sequence[str]] = None) -> int:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 # Variables always forwarded to the ranks when set, besides every HOROVOD_* variable.
@@ -220,6 +221,26 @@ def with_alias(command: List[str]) -> List[str]:
     return command
 
 
+def _own_process_group() -> Dict[str, object]:
+    """Popen arguments that start mpirun in a process group of its own.
+
+    A signal sent to the launcher's whole process group (``timeout``, ``kill -- -PGID``, batch
+    schedulers) would otherwise reach mpirun twice: directly, and forwarded by us. Open MPI
+    treats a second SIGTERM as "exit now" and leaves the ranks (which sit in process groups of
+    their own) running. With mpirun in its own group, only our forwarded signal reaches it.
+    When stdin is a terminal mpirun stays in the foreground group: it forwards stdin to rank 0
+    only from there, and Ctrl-C (SIGINT) is handled by Open MPI correctly either way."""
+    try:
+        interactive = sys.stdin is not None and os.isatty(sys.stdin.fileno())
+    except (OSError, ValueError):
+        interactive = False
+    if interactive:
+        return {}
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"start_new_session": True}
+
+
 def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -252,7 +273,7 @@ def run_commandline(argv: Optional[Sequence[str]] = None) -> int:
     cmd = build_mpirun_command(args, runtime_env(args), command)
     if args.verbose:
         print("horovodrun:", " ".join(shlex.quote(c) for c in cmd), flush=True)
-    proc = subprocess.Popen(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=env, **_own_process_group())
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -260,7 +281,11 @@ def run_commandline(argv: Optional[Sequence[str]] = None) -> int:
         except ProcessLookupError:
             pass
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    # Signal handlers can only be installed from the main thread (horovod_compat.run may be
+    # called from another one); there the job simply runs without forwarding.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = ({s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+                if in_main_thread else {})
     try:
         returncode = proc.wait()
     finally:

@@ -135,3 +135,139 @@ def test_alias_is_added_to_python_commands():
         ["/v/bin/python", "-m", "horovod_compat.alias", "-m", "pkg.train"]
     assert launch.with_alias(["python", "-c", "print(1)"]) == ["python", "-c", "print(1)"]
     assert launch.with_alias(["./train.sh", "a"]) == ["./train.sh", "a"]
+
+
+# -- horovod_compat.run (horovod.run) -------------------------------------------------------
+
+def test_run_is_reachable_as_horovod_run():
+    import horovod_compat
+    from horovod_compat import alias
+    from horovod_compat.runner import run
+    assert horovod_compat.run is run
+    alias.install()
+    try:
+        import horovod
+        assert horovod.run is run
+    finally:
+        alias.uninstall()
+
+
+@needs_single_process
+@pytest.mark.timeout(240)
+def test_run_function_on_two_ranks():
+    import horovod_compat
+
+    def allreduce_rank(scale):
+        import tensorflow as tf
+        import horovod_compat.tensorflow as hvd
+        hvd.init()
+        total = hvd.allreduce(tf.constant((hvd.rank() + 1) * scale), op=hvd.Sum)
+        return hvd.rank(), float(total.numpy())
+
+    results = horovod_compat.run(allreduce_rank, args=(2.5,), np=2, mpi_args="--timeout 200")
+    # sum over ranks r of (r + 1) * 2.5 = 2.5 * 3
+    assert results == [(0, 7.5), (1, 7.5)]
+
+
+@needs_single_process
+@pytest.mark.timeout(180)
+def test_run_function_failure_names_the_rank():
+    import horovod_compat
+
+    def fails_on_rank_one(limit):
+        import os
+        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        if rank == 1:
+            raise ValueError(f"rank {rank} is above {limit}")
+        return rank
+
+    with pytest.raises(RuntimeError) as info:
+        horovod_compat.run(fails_on_rank_one, kwargs={"limit": 0}, np=2,
+                           mpi_args="--timeout 150")
+    message = str(info.value)
+    assert "rank 1 failed" in message and "rank 0 failed" not in message, message
+    assert "ValueError: rank 1 is above 0" in message and "Traceback" in message, message
+
+
+# -- signals and uncaught exceptions under horovodrun ---------------------------------------
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie waiting for its parent's wait() has finished running.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@needs_single_process
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("target", ["launcher", "process_group"])
+def test_horovodrun_forwards_sigterm(tmp_path, target):
+    """SIGTERM to the launcher alone, or to its whole process group (``timeout``, batch
+    schedulers): either way the job ends promptly and no rank survives."""
+    import signal
+    import time
+    script = tmp_path / "sleeper.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        rank = os.environ["OMPI_COMM_WORLD_RANK"]
+        with open(os.path.join({str(tmp_path)!r}, "pid-" + rank), "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(150)
+        """))
+    cmd = [sys.executable, "-m", "horovod_compat.runner.launch", "-np", "2",
+           "--mpi-args=--timeout 160", sys.executable, str(script)]
+    launcher = subprocess.Popen(cmd, env=_clean_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        pid_files = [tmp_path / f"pid-{r}" for r in range(2)]
+        while not all(p.exists() and p.read_text() for p in pid_files):
+            assert launcher.poll() is None, launcher.communicate()[0]
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in pid_files]
+        started = time.monotonic()
+        if target == "launcher":
+            launcher.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(launcher.pid, signal.SIGTERM)
+        output = launcher.communicate(timeout=30)[0]
+        assert time.monotonic() - started < 30
+        assert launcher.returncode != 0, output
+        deadline = time.monotonic() + 15
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in pids if _alive(pid)], output
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+@needs_single_process
+@pytest.mark.timeout(180)
+def test_uncaught_exception_under_alias_fails_the_job(tmp_path):
+    script = tmp_path / "raises.py"
+    script.write_text(textwrap.dedent("""
+        import os, time
+        import horovod  # through the alias
+        if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
+            raise RuntimeError("uncaught on rank 1 of horovod " + horovod.__version__)
+        time.sleep(150)   # rank 0 waits: the launcher must take it down
+        """))
+    cmd = [sys.executable, "-m", "horovod_compat.runner.launch", "-np", "2",
+           "--mpi-args=--timeout 160", sys.executable, "-m", "horovod_compat.alias",
+           str(script)]
+    result = subprocess.run(cmd, env=_clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=170)
+    assert result.returncode == 1, result.stdout
+    assert "Traceback (most recent call last)" in result.stdout, result.stdout
+    assert "RuntimeError: uncaught on rank 1 of horovod 0.28.1" in result.stdout, result.stdout
+    assert "rank 1 failed with exit code 1" in result.stdout, result.stdout

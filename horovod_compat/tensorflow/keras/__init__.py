@@ -17,6 +17,7 @@ from horovod_compat.tensorflow import (Average, Compression, ProcessSet,  # noqa
 from horovod_compat import tensorflow as _hvd
 from horovod_compat import _keras
 from horovod_compat.tensorflow.keras import callbacks  # noqa: F401
+from horovod_compat.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 
 def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dense: str = "",
@@ -62,3 +63,13 @@ def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> Any:
 
 def reducescatter(value: Any, name: Optional[str] = None, op: int = Average) -> Any:
     return _keras._value_helper(_hvd.reducescatter, value, name, op=op)
+
+
+def load_model(filepath: Any, custom_optimizers: Any = None, custom_objects: Any = None,
+               compression: type = Compression.none, legacy_opts: bool = False) -> Any:
+    """Loads a ``.keras`` or ``.h5`` model; its optimizer comes back as a DistributedOptimizer
+    (gradients compressed with ``compression``). ``custom_optimizers``: optimizer classes
+    outside ``keras.optimizers`` to wrap as well. ``legacy_opts=True`` is rejected: Keras 3 has
+    no legacy optimizers."""
+    return _keras.load_model(filepath, custom_optimizers, custom_objects, compression,
+                             legacy_opts)

@@ -39,3 +39,14 @@ class LearningRateWarmupCallback(_impl.LearningRateWarmupCallbackImpl, keras.cal
                  verbose: int = 0) -> None:
         super().__init__(K, initial_lr, warmup_epochs, momentum_correction, steps_per_epoch,
                          verbose)
+
+
+class BestModelCheckpoint(_impl.BestModelCheckpointImpl):
+    """Saves the model (or, with ``save_weights_only``, its weights) whenever ``monitor``
+    improves, on rank 0 only. ``filepath`` (ending in ``.keras``/``.h5``, or ``.weights.h5``)
+    may be passed or assigned to the ``filepath`` attribute before ``fit``."""
+
+    def __init__(self, monitor: str = "val_loss", verbose: int = 0,
+                 save_weights_only: bool = False, mode: str = "auto",
+                 save_freq: Union[str, int] = "epoch", filepath: Any = None) -> None:
+        super().__init__(monitor, verbose, save_weights_only, mode, save_freq, filepath)
