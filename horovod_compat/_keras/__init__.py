@@ -1,4 +1,7 @@
-"""Backend-independent parts of the Keras frontends (API.md section 2), written for Keras 3.
+"""Backend-independent parts of the Keras frontends (API.md section 2).
+
+Keras 3 is handled here; tf_keras (Keras 2.x, ``TF_USE_LEGACY_KERAS=1``) optimizers are
+recognised by their class and handled by ``keras2``.
 
 Keras 3's ``model.fit`` never calls ``minimize``/``get_gradients``/``_compute_gradients``: its train
 step records a tape and calls ``optimizer.apply_gradients``, which calls ``optimizer.apply``. The
@@ -6,6 +9,7 @@ distributed optimizer therefore reduces gradients inside ``apply`` before delega
 optimizer class.
 """
 
+import sys
 from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
@@ -16,6 +20,7 @@ from horovod_compat.tensorflow.allreduce_grads import (_make_allreduce_grads_fn,
 from horovod_compat.tensorflow.compression import Compression
 from horovod_compat.tensorflow.mpi_ops import Average, Sum
 from horovod_compat.tensorflow.util import _VariableRef
+from horovod_compat._keras import keras2
 
 
 class CallableList(list):
@@ -201,8 +206,7 @@ def _distributed_class(base: type, settings: dict) -> type:
     if getattr(base, "_hvd_settings", None):
         raise ValueError("The optimizer is already a Horovod DistributedOptimizer.")
     if not hasattr(base, "apply"):
-        raise ValueError(f"{base.__name__} is not a Keras 3 optimizer; Keras 2 optimizers are "
-                         "not supported on this TensorFlow version.")
+        raise ValueError(f"{base.__name__} is not a Keras 3 or tf_keras optimizer.")
     # The mixin comes first in the MRO, so its zero-argument super() calls reach ``base``.
     return type(base.__name__, (_DistributedMixin, base), {
         "_hvd_settings": settings, "__module__": base.__module__,
@@ -229,7 +233,10 @@ def create_distributed_optimizer(optimizer: Any, name: Optional[str] = None,
                          average_aggregated_gradients=average_aggregated_gradients,
                          groups=groups, process_set=process_set,
                          scale_local_gradients=scale_local_gradients)
-    cls = _distributed_class(base, settings)
+    if keras2.is_tf_keras_object(optimizer):
+        cls = keras2.distributed_class(base, settings)
+    else:
+        cls = _distributed_class(base, settings)
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name
@@ -262,10 +269,14 @@ def load_model(filepath: Any, custom_optimizers: Any = None, custom_objects: Any
     custom ones under their class name; both spellings map to the distributed class.
     ``custom_optimizers`` (classes) are wrapped too; ``custom_objects`` are passed through and
     take precedence."""
+    if _load_with_tf_keras(filepath):
+        return _load_model_tf_keras(filepath, custom_optimizers, custom_objects, compression,
+                                    legacy_opts)
     import keras
     if legacy_opts:
         raise ValueError("legacy_opts=True: keras.optimizers.legacy does not exist in Keras 3; "
-                         "save and load models with Keras 3 optimizers.")
+                         "save and load models with Keras 3 optimizers (or use tf_keras, "
+                         "TF_USE_LEGACY_KERAS=1).")
     objects: dict = {}
     for cls in _builtin_optimizer_classes():
         wrapped = _distributed_class(cls, _settings(cls, compression=compression))
@@ -278,6 +289,35 @@ def load_model(filepath: Any, custom_optimizers: Any = None, custom_objects: Any
     if str(filepath).endswith((".h5", ".hdf5")):
         _restore_h5_optimizer_state(model, filepath)
     return model
+
+
+def _load_with_tf_keras(filepath: Any) -> bool:
+    """tf_keras loads the file when it was saved by Keras 2 (tf_keras), or, when the file does
+    not say (SavedModel directories), when ``tf.keras`` is tf_keras in this process."""
+    major = keras2.saved_keras_major(filepath)
+    if major is not None:
+        if major >= 3:
+            return False
+        try:
+            keras2._tf_keras()
+        except ImportError:
+            return False
+        return True
+    return keras2.tf_keras_active()
+
+
+def _load_model_tf_keras(filepath: Any, custom_optimizers: Any, custom_objects: Any,
+                         compression: type, legacy_opts: bool) -> Any:
+    objects: dict = {}
+    for cls in keras2.builtin_optimizer_classes(legacy_opts):
+        wrapped = keras2.distributed_class(cls, _settings(cls, compression=compression))
+        objects[cls.__name__.lower()] = wrapped
+        objects[cls.__name__] = wrapped
+    for cls in custom_optimizers or []:
+        objects[cls.__name__] = keras2.distributed_class(
+            cls, _settings(cls, compression=compression))
+    objects.update(custom_objects or {})
+    return keras2.load_model(filepath, objects)
 
 
 def _restore_h5_optimizer_state(model: Any, filepath: Any) -> None:
@@ -303,6 +343,14 @@ def _restore_h5_optimizer_state(model: Any, filepath: Any) -> None:
         values = [np.asarray(group[n]) for n in names]
     if len(values) == len(optimizer.variables):
         optimizer.set_weights(values)
+
+
+def layer_classes() -> tuple:
+    """Keras 3's ``Layer``, plus tf_keras's when tf_keras is in use."""
+    import keras
+    if keras2.tf_keras_active() or "tf_keras" in sys.modules:
+        return (keras.layers.Layer, keras2._tf_keras().layers.Layer)
+    return (keras.layers.Layer,)
 
 
 def check_op(op: int, gradient_predivide_factor: float, num_groups: int, groups: Any) -> Any:

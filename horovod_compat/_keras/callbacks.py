@@ -2,6 +2,7 @@
 list, learning rate read and written through ``optimizer.learning_rate``."""
 
 import os
+import sys
 import warnings
 from typing import Any, Callable, Optional, Union
 
@@ -13,15 +14,41 @@ from horovod_compat.tensorflow import mpi_ops
 from horovod_compat.tensorflow.functions import broadcast_variables
 from horovod_compat.tensorflow.reductions import allreduce
 from horovod_compat.tensorflow.util import _VariableRef
+from horovod_compat._keras import keras2
 
 
 def _as_list(value: Any) -> list:
     return list(value() if callable(value) else value)
 
 
+def _to_float(value: Any) -> float:
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    elif not isinstance(value, (int, float, np.generic, np.ndarray)):
+        value = keras.ops.convert_to_numpy(value)
+    return float(np.asarray(value))
+
+
 def _get_lr(optimizer: Any) -> float:
     lr = optimizer.learning_rate if hasattr(optimizer, "learning_rate") else optimizer.lr
-    return float(np.asarray(keras.ops.convert_to_numpy(lr)))
+    return _to_float(lr)
+
+
+def _has_momentum_hyper(optimizer: Any) -> bool:
+    """tf_keras legacy (OptimizerV2) optimizers keep ``momentum`` as a hyperparameter that the
+    update reads at run time, so it can be changed between batches."""
+    hyper = getattr(optimizer, "_hyper", None)
+    return isinstance(hyper, dict) and "momentum" in hyper
+
+
+def callback_bases() -> tuple:
+    """Keras 3's ``Callback``, plus tf_keras's when ``tf.keras`` is tf_keras in this process (or
+    tf_keras was imported before horovod_compat's Keras modules), so
+    that one callback object serves a model of either Keras (tf_keras's ``fit`` needs the
+    ``_implements_*_hooks`` methods of its own base class)."""
+    if keras2.tf_keras_active() or "tf_keras" in sys.modules:
+        return (keras.callbacks.Callback, keras2._tf_keras().callbacks.Callback)
+    return (keras.callbacks.Callback,)
 
 
 def _set_lr(optimizer: Any, value: float) -> None:
@@ -32,6 +59,10 @@ def _set_lr(optimizer: Any, value: float) -> None:
 
 
 class BroadcastGlobalVariablesCallbackImpl:
+    # Read by tf_keras's CallbackList when the callback also derives from tf_keras's base.
+    _supports_tf_logs = False
+    _chief_worker_only = None
+
     def __init__(self, backend: Any, root_rank: int, device: str = "",
                  local_variables: Any = None, *args: Any) -> None:
         super().__init__(*args)
@@ -68,6 +99,10 @@ class BroadcastGlobalVariablesCallbackImpl:
 
 
 class MetricAverageCallbackImpl:
+    # Read by tf_keras's CallbackList when the callback also derives from tf_keras's base.
+    _supports_tf_logs = False
+    _chief_worker_only = None
+
     def __init__(self, backend: Any, device: str = "", *args: Any) -> None:
         super().__init__(*args)
         self.backend = backend
@@ -91,6 +126,10 @@ class MetricAverageCallbackImpl:
 
 
 class LearningRateScheduleCallbackImpl:
+    # Read by tf_keras's CallbackList when the callback also derives from tf_keras's base.
+    _supports_tf_logs = False
+    _chief_worker_only = None
+
     def __init__(self, backend: Any, initial_lr: float, multiplier: Union[float, Callable],
                  start_epoch: int = 0, end_epoch: Optional[int] = None,
                  staircase: bool = True, momentum_correction: bool = True,
@@ -105,6 +144,7 @@ class LearningRateScheduleCallbackImpl:
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
         self._warned_momentum = False
+        self.restore_momentum = None
         if callable(multiplier):
             self.multiplier = multiplier
         else:
@@ -128,14 +168,36 @@ class LearningRateScheduleCallbackImpl:
     def _adjust_learning_rate(self, epoch: float) -> None:
         optimizer = self.model.optimizer
         new_lr = self.initial_lr * self.multiplier(epoch)
+        if self.momentum_correction and _has_momentum_hyper(optimizer):
+            # tf_keras legacy optimizers: scale momentum by new_lr / old_lr for this batch
+            # (restored at batch end), as Horovod does on Keras 2.
+            old_lr = _get_lr(optimizer)
+            _set_lr(optimizer, new_lr)
+            momentum = _to_float(optimizer._get_hyper("momentum"))
+            if momentum and old_lr:
+                self.restore_momentum = momentum
+                optimizer._set_hyper("momentum", momentum * new_lr / old_lr)
+            return
         _set_lr(optimizer, new_lr)
         if (self.momentum_correction and not self._warned_momentum
                 and getattr(optimizer, "momentum", 0)):
             # Keras 3 captures `momentum` as a Python float when the train step is traced, so
             # scaling it for one batch has no effect.
-            warnings.warn("Momentum correction is not supported with Keras 3 optimizers; "
-                          "it is ignored.")
+            warnings.warn("Momentum correction is not supported with Keras 3 optimizers or "
+                          "tf_keras.optimizers.Optimizer (momentum is a constant of the traced "
+                          "update); it is ignored.")
             self._warned_momentum = True
+
+    def _restore_momentum_if_needed(self) -> None:
+        if self.restore_momentum is not None:
+            self.model.optimizer._set_hyper("momentum", self.restore_momentum)
+            self.restore_momentum = None
+
+    def on_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._restore_momentum_if_needed()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._restore_momentum_if_needed()
 
     def on_train_begin(self, logs: Any = None) -> None:
         if self.steps_per_epoch is None and not self.staircase:
@@ -229,3 +291,41 @@ class BestModelCheckpointImpl(keras.callbacks.ModelCheckpoint):
                                     self._get_file_path(epoch, batch, logs))
         finally:
             self.verbose = verbose
+
+
+def tf_keras_best_model_checkpoint_base() -> type:
+    """``BestModelCheckpoint`` for tf_keras models: tf_keras's ``ModelCheckpoint`` accepts
+    ``filepath=None`` (assigned later, as in Horovod); only rank 0 writes."""
+    tfk_callbacks = keras2._tf_keras().callbacks
+
+    class BestModelCheckpointTFKerasImpl(tfk_callbacks.ModelCheckpoint):
+        def __init__(self, monitor: str = "val_loss", verbose: int = 0,
+                     save_weights_only: bool = False, mode: str = "auto",
+                     save_freq: Union[str, int] = "epoch", filepath: Any = None) -> None:
+            super().__init__(filepath=None, monitor=monitor, verbose=verbose,
+                             save_best_only=True, save_weights_only=save_weights_only,
+                             mode=mode, save_freq=save_freq)
+            self.filepath = None if filepath is None else os.fspath(filepath)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            if self.filepath is None:
+                raise ValueError("BestModelCheckpoint: assign `filepath` (or pass "
+                                 "filepath=...) before training.")
+            self.filepath = os.fspath(self.filepath)
+            super().on_train_begin(logs)
+
+        def _save_handler(self, filepath: str) -> None:
+            if mpi_ops.rank() == 0:
+                super()._save_handler(filepath)
+
+        def _save_model(self, epoch: int, batch: Any, logs: Any) -> None:
+            if mpi_ops.rank() == 0:
+                super()._save_model(epoch, batch, logs)
+                return
+            verbose, self.verbose = self.verbose, 0
+            try:
+                super()._save_model(epoch, batch, logs)
+            finally:
+                self.verbose = verbose
+
+    return BestModelCheckpointTFKerasImpl

@@ -1,5 +1,5 @@
-"""``horovod.keras`` on Keras 3 (API.md section 2); shares the implementation with
-``horovod_compat.tensorflow.keras``."""
+"""``horovod.keras`` on Keras 3 and on tf_keras (``TF_USE_LEGACY_KERAS=1``) (API.md section 2);
+shares the implementation with ``horovod_compat.tensorflow.keras``."""
 
 from typing import Any, Optional
 
@@ -47,12 +47,13 @@ def PartialDistributedOptimizer(optimizer: Any, name: Optional[str] = None,
     if gradient_predivide_factor != 1.0 and rocm_built():
         raise ValueError("gradient_predivide_factor not supported yet with ROCm")
     groups = _keras.check_op(op, gradient_predivide_factor, 0, groups)
+    layer_types = _keras.layer_classes()
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
+    elif isinstance(local_layers, layer_types):
         local_layers = [local_layers]
     for layer in local_layers:
-        if not isinstance(layer, keras.layers.Layer):
+        if not isinstance(layer, layer_types):
             raise ValueError("All local layers must be of type keras.layers.Layer")
     opt = _keras.create_distributed_optimizer(
         optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,

@@ -6,6 +6,7 @@ from typing import Any, Union
 
 from horovod_compat._keras import callbacks as _impl
 from horovod_compat.tensorflow.keras.callbacks import (  # noqa: F401
+    _CHECKPOINT_BASE,
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
     LearningRateWarmupCallback,
@@ -13,7 +14,7 @@ from horovod_compat.tensorflow.keras.callbacks import (  # noqa: F401
 )
 
 
-class BestModelCheckpoint(_impl.BestModelCheckpointImpl):
+class BestModelCheckpoint(_CHECKPOINT_BASE):  # type: ignore[misc, valid-type]
     """Saves the whole model whenever ``monitor`` improves, on rank 0 only. ``filepath``
     (ending in ``.keras`` or ``.h5``) may be passed or assigned to the ``filepath`` attribute
     before ``fit``."""

@@ -1,4 +1,5 @@
-"""``horovod.tensorflow.keras`` on Keras 3 (API.md section 2)."""
+"""``horovod.tensorflow.keras`` on Keras 3 and on tf_keras (``TF_USE_LEGACY_KERAS=1``)
+(API.md section 2)."""
 
 from typing import Any, Optional
 
@@ -69,7 +70,8 @@ def load_model(filepath: Any, custom_optimizers: Any = None, custom_objects: Any
                compression: type = Compression.none, legacy_opts: bool = False) -> Any:
     """Loads a ``.keras`` or ``.h5`` model; its optimizer comes back as a DistributedOptimizer
     (gradients compressed with ``compression``). ``custom_optimizers``: optimizer classes
-    outside ``keras.optimizers`` to wrap as well. ``legacy_opts=True`` is rejected: Keras 3 has
-    no legacy optimizers."""
+    outside ``keras.optimizers`` to wrap as well. Files saved by tf_keras load with tf_keras
+    (``legacy_opts=True`` then wraps ``tf_keras.optimizers.legacy`` optimizers); for Keras 3
+    files ``legacy_opts=True`` is rejected: Keras 3 has no legacy optimizers."""
     return _keras.load_model(filepath, custom_optimizers, custom_objects, compression,
                              legacy_opts)
