@@ -37,6 +37,9 @@ class _Holder:
         self.accumulators: Optional[List[Any]] = None
         self.counter: Optional[tf.Variable] = None
         self.local_vars: set = set()
+        # What compute_gradients last returned, already allreduced: apply() must not reduce
+        # those tensors a second time (compute_gradients + apply_gradients reduces once).
+        self.pre_reduced: List[Any] = []
 
 
 def _state(opt: Any) -> _Holder:
@@ -115,9 +118,17 @@ class _DistributedMixin:
                 self.built = True
         passes = self._hvd_settings["backward_passes_per_step"]
         if passes <= 1:
-            return super().apply(self._allreduce(grads, trainable_variables),
-                                 trainable_variables)
+            if not self._hvd_take_pre_reduced(grads):
+                grads = self._allreduce(grads, trainable_variables)
+            return super().apply(grads, trainable_variables)
         return self._apply_aggregated(grads, trainable_variables, passes)
+
+    def _hvd_take_pre_reduced(self, grads: Sequence[Any]) -> bool:
+        """True when every gradient is one our ``compute_gradients`` already allreduced."""
+        state = _state(self)
+        pre, state.pre_reduced = state.pre_reduced, []
+        present = [g for g in grads if g is not None]
+        return bool(pre) and bool(present) and all(any(g is p for p in pre) for g in present)
 
     def _apply_aggregated(self, grads: List[Any], variables: List[Any], passes: int) -> Any:
         state = _state(self)
@@ -172,7 +183,9 @@ class _DistributedMixin:
             var_list = var_list()
         var_list = list(var_list)
         grads = tape.gradient(loss_value, var_list, grad_loss)
-        return list(zip(self._allreduce(grads, var_list), var_list))
+        reduced = self._allreduce(grads, var_list)
+        _state(self).pre_reduced = [g for g in reduced if g is not None]
+        return list(zip(reduced, var_list))
 
     def compute_gradients(self, loss: Any, var_list: Any, tape: Any = None) -> List[Any]:
         return self._compute_gradients(loss, var_list, None, tape)

@@ -127,6 +127,20 @@ def test_compute_gradients_allreduces():
     np.testing.assert_allclose(grads_and_vars[0][0].numpy(), np.full(3, expected))
 
 
+def test_compute_then_apply_gradients_reduces_once():
+    # With op=Sum a second reduction would multiply the update by size.
+    var = keras.Variable(np.zeros(3, np.float32))
+    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0), op=hvd.Sum)
+    scale = float(hvd.rank() + 1)
+    grads_and_vars = opt.compute_gradients(lambda: tf.reduce_sum(var * scale), [var])
+    opt.apply_gradients(grads_and_vars)
+    total = float(np.sum(np.arange(1, hvd.size() + 1)))
+    np.testing.assert_allclose(var.numpy(), np.full(3, -total))
+    # Gradients that did not come from compute_gradients are reduced as usual.
+    opt.apply_gradients([(tf.fill([3], scale), var)])
+    np.testing.assert_allclose(var.numpy(), np.full(3, -2 * total))
+
+
 def test_broadcast_callback_overwrites_with_root_weights():
     root_weights = _initial_weights(100)
     model = _model(_initial_weights(100 + hvd.rank()))
