@@ -34,6 +34,8 @@ def main():
     parser.add_argument("--num-iters", type=int, default=10)
     parser.add_argument("--fp16-allreduce", action="store_true",
                         help="compress gradients to float16 for the allreduce")
+    parser.add_argument("--no-horovod", action="store_true",
+                        help="plain tf.GradientTape, no runtime (the baseline of an overhead check)")
     parser.add_argument("--short", action="store_true",
                         help="quick run: 32x32 images, batch 4, 1 warmup batch, 3 iterations of 2")
     args = parser.parse_args()
@@ -41,9 +43,12 @@ def main():
         args.image_size, args.batch_size = 32, 4
         args.num_warmup_batches, args.num_batches_per_iter, args.num_iters = 1, 2, 3
 
-    hvd.init()
-    keras.utils.set_random_seed(hvd.rank())
-    log = print if hvd.rank() == 0 else (lambda *a, **k: None)
+    use_hvd = not args.no_horovod
+    if use_hvd:
+        hvd.init()
+    rank, size = (hvd.rank(), hvd.size()) if use_hvd else (0, 1)
+    keras.utils.set_random_seed(rank)
+    log = print if rank == 0 else (lambda *a, **k: None)
 
     model = getattr(keras.applications, args.model)(
         weights=None, input_shape=(args.image_size, args.image_size, 3),
@@ -60,7 +65,8 @@ def main():
     def benchmark_step():
         with tf.GradientTape() as tape:
             loss = loss_fn(target, model(data, training=True))
-        tape = hvd.DistributedGradientTape(tape, compression=compression)
+        if use_hvd:
+            tape = hvd.DistributedGradientTape(tape, compression=compression)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -69,12 +75,13 @@ def main():
     # step, so that the optimizer's variables exist). Broadcasting eagerly here rather than
     # inside the tf.function avoids tracing ResNet-50 a second time.
     benchmark_step()
-    hvd.broadcast_variables(model.variables, root_rank=0)
-    hvd.broadcast_variables(opt.variables, root_rank=0)
+    if use_hvd:
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        hvd.broadcast_variables(opt.variables, root_rank=0)
 
     log(f"Model: {args.model}, image size: {args.image_size}x{args.image_size}")
     log(f"Batch size: {args.batch_size} per rank")
-    log(f"Number of ranks: {hvd.size()}")
+    log(f"Number of ranks: {size}")
 
     log("Running warmup...", flush=True)
     timeit.timeit(benchmark_step, number=args.num_warmup_batches)
@@ -90,10 +97,12 @@ def main():
     # Per-rank mean and 95% interval over the iterations (rank 0's measurements); the total adds
     # up every rank's own mean.
     mean, conf = np.mean(img_secs), 1.96 * np.std(img_secs)
-    total = float(hvd.allreduce(tf.constant(mean, tf.float64), op=hvd.Sum, name="img_sec_total"))
+    total = mean
+    if use_hvd:
+        total = float(hvd.allreduce(tf.constant(mean, tf.float64), op=hvd.Sum,
+                                    name="img_sec_total"))
     log(f"Img/sec per rank: {mean:.1f} +-{conf:.1f}")
-    log(f"Total img/sec on {hvd.size()} rank(s): {total:.1f} +-{hvd.size() * conf:.1f}",
-        flush=True)
+    log(f"Total img/sec on {size} rank(s): {total:.1f} +-{size * conf:.1f}", flush=True)
 
 
 if __name__ == "__main__":
