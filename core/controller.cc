@@ -16,6 +16,7 @@ constexpr uint64_t kFlagNothingUncached = 1;
 constexpr uint64_t kFlagNoShutdown = 2;
 constexpr uint64_t kFlagJoined = 4;        // AND: every rank has joined
 constexpr uint64_t kFlagNobodyJoined = 8;  // AND: no rank has joined
+constexpr uint64_t kFlagNotRemoving = 16;  // AND: no rank closes the set for its removal
 
 const char* kJoinName = "join.noname";
 
@@ -116,16 +117,23 @@ void Controller::BuildBits(Clock::time_point now) {
   if (!shutdown_requested_) flags |= kFlagNoShutdown;
   if (join_) flags |= kFlagJoined;
   if (!join_) flags |= kFlagNobodyJoined;
+  if (!removal_requested_) flags |= kFlagNotRemoving;
+  removal_sent_ = removal_requested_;
   bits_[2 * w] = flags;
   sent_hash_ = cache_.hash();
   bits_[2 * w + 1] = sent_hash_;
   bits_[2 * w + 2] = ~sent_hash_;
 }
 
-void Controller::StartRound(Clock::time_point now) {
+void Controller::StartRound(Clock::time_point now, const std::vector<uint64_t>& extra) {
   round_started_ = now;
   if (timeline_ && timeline_->active() && set_id_ == 0) timeline_->MarkCycleStart();
   BuildBits(now);
+  extra_offset_ = bits_.size();
+  bits_.insert(bits_.end(), extra.begin(), extra.end());
+  extra_and_.clear();
+  round_exchanged_ = false;
+  round_removed_ = false;
   op_ = channel_->StartBitAnd(&bits_);
   phase_ = Phase::kBits;
 }
@@ -136,7 +144,9 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
     return Status::UnknownError(fmt::format(
         "the response cache of process set {} diverged across ranks (internal error)", set_id_));
   }
+  extra_and_.assign(bits_.begin() + static_cast<std::ptrdiff_t>(extra_offset_), bits_.end());
   const uint64_t flags = bits_[2 * w];
+  round_removed_ = (flags & kFlagNotRemoving) == 0;
   bool exchange = !(flags & kFlagNothingUncached) || !(flags & kFlagNoShutdown);
   const bool all_joined = (flags & kFlagJoined) != 0;
   peers_joined_ = (flags & kFlagNobodyJoined) == 0;
@@ -178,7 +188,7 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
     return OnResponses(list, out);
   }
 
-  out->exchanged_requests = true;
+  round_exchanged_ = true;
   to_send_ = RequestList();
   to_send_.rank = rank();
   to_send_.shutdown = shutdown_requested_;
@@ -318,7 +328,12 @@ bool Controller::Poll(Clock::time_point now, RoundResult* out) {
       Fail(Status::UnknownError(
                fmt::format("negotiation on process set {} failed: {}", set_id_, s.message())),
            out);
+      extra_and_.clear();  // this rank may have seen only part of the round: agree on nothing
     }
+    out->exchanged_requests = round_exchanged_;
+    out->removed = round_removed_;
+    out->extra = std::move(extra_and_);
+    extra_and_.clear();
     op_.reset();
     phase_ = Phase::kIdle;
     if (rank() == 0) CheckStalls(now);

@@ -34,6 +34,10 @@ struct RoundResult {
   bool exchanged_requests = false;  // the round carried new requests (progress even if none ready)
   bool shutdown = false;            // the set (and the runtime) shuts down after `ready` runs
   std::string shutdown_reason;
+  bool removed = false;  // the set was removed: every member closes it after `ready` runs
+  // The caller's extra words of this round (StartRound), ANDed over the members; empty when the
+  // round failed before the AND completed.
+  std::vector<uint64_t> extra;
 };
 
 class Controller {
@@ -49,14 +53,23 @@ class Controller {
   void Submit(std::shared_ptr<TensorEntry> entry);
   void RequestShutdown(const std::string& reason);
   bool shutdown_requested() const { return shutdown_requested_; }
+  // The set is being removed (agreed in the global set's rounds): the next round closes it on every
+  // member, after the responses it completes.
+  void RequestRemoval() { removal_requested_ = true; }
 
   bool in_round() const { return phase_ != Phase::kIdle; }
-  bool has_unsent() const { return !unsent_.empty() || (shutdown_requested_ && !shutdown_sent_); }
+  bool has_unsent() const {
+    return !unsent_.empty() || (shutdown_requested_ && !shutdown_sent_) ||
+           (removal_requested_ && !removal_sent_);
+  }
   // A joined rank stays "pending" so it keeps taking part in rounds (it is ready for everything).
   bool has_pending() const { return !pending_.empty() || join_ != nullptr; }
   Clock::time_point round_started() const { return round_started_; }
 
-  void StartRound(Clock::time_point now);
+  // `extra` rides in the round's bit vector and comes back ANDed over the members in the result
+  // (the runtime's own agreements: process-set changes, execution order). Every member must pass
+  // the same number of words.
+  void StartRound(Clock::time_point now, const std::vector<uint64_t>& extra = {});
   // Progresses the round; true when it finished (then *out holds the result).
   bool Poll(Clock::time_point now, RoundResult* out);
   // Fails and forgets every local entry not yet handed out (at shutdown or set removal).
@@ -90,6 +103,8 @@ class Controller {
   bool shutdown_requested_ = false;
   bool shutdown_sent_ = false;
   std::string shutdown_reason_;
+  bool removal_requested_ = false;
+  bool removal_sent_ = false;
 
   // The round in flight.
   Phase phase_ = Phase::kIdle;
@@ -101,6 +116,10 @@ class Controller {
   std::string blob_;
   std::vector<std::string> gathered_;
   RequestList to_send_;
+  size_t extra_offset_ = 0;          // where the caller's words start in bits_
+  std::vector<uint64_t> extra_and_;  // the caller's words once ANDed
+  bool round_exchanged_ = false;
+  bool round_removed_ = false;
 
   // Stall inspector state (coordinator).
   std::map<std::string, Clock::time_point> warned_;

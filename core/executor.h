@@ -1,6 +1,11 @@
 // Executor: runs a process set's batches in the agreed order, on its own thread (so negotiation of
 // the next batch proceeds while this one runs), and completes each tensor's callback exactly once.
 // When MPI cannot run two threads (MPI_THREAD_SERIALIZED), it runs inline on the control thread.
+//
+// Lifetime: everything the thread uses while a batch executes (config, fusion buffer, timeline,
+// backend list) is owned by a State it shares, so a thread given up on by Abandon() -- stuck in a
+// collective with a dead peer -- may outlive the Runtime: when its collective finally returns it
+// touches nothing but that State (and the data channel, which the Runtime then leaks) and exits.
 #pragma once
 
 #include <condition_variable>
@@ -19,35 +24,32 @@ namespace hvdc {
 
 class Executor {
  public:
-  Executor(int set_id, const Config& config, HostComm* comm, Timeline* timeline,
-           const std::vector<Backend*>* backends, TensorQueue* queue, std::function<void()> on_idle,
+  Executor(int set_id, const Config& config, HostComm* comm, std::shared_ptr<Timeline> timeline,
+           std::vector<Backend*> backends, TensorQueue* queue, std::function<void()> on_idle,
            bool threaded);
   ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
   void Submit(std::vector<Batch> batches);
   bool busy() const;
   // Runs everything submitted so far, then stops the thread.
   void Stop();
+  // Gives up on the thread (it may be stuck for good): every queued batch and the one executing
+  // complete now, with `status`, on the caller's thread; callbacks already running finish first.
+  // The thread is detached; it never touches the queue, the idle hook or a callback again.
+  void Abandon(const Status& status);
 
   // Completes every item of the batch with `status` (exactly once each).
   static void Complete(Batch& batch, const Status& status, TensorQueue* queue);
 
  private:
-  void Loop();
-  void Run(Batch& batch);
+  struct State;
+  static void Loop(std::shared_ptr<State> s);
+  static Status Execute(State& s, Batch& batch);
+  static void Finish(State& s, Batch& batch, const Status& status);
 
-  const int set_id_;
-  ExecutionContext ctx_;
-  FusionBuffer buffer_;
-  const std::vector<Backend*>* backends_;
-  TensorQueue* queue_;
-  std::function<void()> on_idle_;
-
-  mutable std::mutex mu_;  // guards batches_, running_, stopping_
-  std::condition_variable cv_;
-  std::deque<Batch> batches_;
-  bool running_ = false;
-  bool stopping_ = false;
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 

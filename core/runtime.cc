@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <numeric>
+#include <thread>
 
 #include "core/c_api.h"
 #include "core/fusion_planner.h"
@@ -42,6 +43,8 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport,
     : config_(std::move(config)),
       transport_(std::move(transport)),
       backends_(std::move(backends)),
+      timeline_(std::make_shared<Timeline>()),
+      sequenced_(!transport_->threads_supported()),
       timer_(io_) {
   // Idle ranks still join a round now and then, so a tensor some ranks wait for is reported
   // with the ranks that never submitted it, and a shutdown reaches everyone.
@@ -98,8 +101,8 @@ Status Runtime::Create(Config config, std::unique_ptr<Transport> transport,
     HVDC_RETURN_IF_ERROR(rt->CreateSet(static_cast<int>(i) + 1, ranks));
   }
   if (!rt->config_.timeline_path.empty() && rt->config_.timeline_path != "DYNAMIC") {
-    HVDC_RETURN_IF_ERROR(rt->timeline_.Start(rt->config_.timeline_path,
-                                             rt->config_.timeline_mark_cycles, topo.rank));
+    HVDC_RETURN_IF_ERROR(rt->timeline_->Start(rt->config_.timeline_path,
+                                              rt->config_.timeline_mark_cycles, topo.rank));
   }
   Runtime* r = rt.get();
   r->control_thread_ = std::thread([r] {
@@ -121,6 +124,7 @@ Status Runtime::Create(Config config, std::unique_ptr<Transport> transport,
     auto guard = boost::asio::make_work_guard(r->io_);
     r->io_.run();
   });
+  pthread_setname_np(r->control_thread_.native_handle(), "hvdc-control");
   r->Wake();
   *out = std::move(rt);
   return Status::OK();
@@ -131,6 +135,7 @@ Runtime::~Runtime() { Shutdown(); }
 Status Runtime::CreateSet(int id, std::vector<int> ranks) {
   auto st = std::make_shared<SetState>();
   st->id = id;
+  st->seq = next_seq_++;  // even if creation fails below: every rank counts the same
   st->ranks = ranks;
   HVDC_RETURN_IF_ERROR(transport_->CreateProcessSet(ranks, &st->channels));
   auto it = std::find(ranks.begin(), ranks.end(), topology().rank);
@@ -139,11 +144,11 @@ Status Runtime::CreateSet(int id, std::vector<int> ranks) {
       return Status::UnknownError(fmt::format("process set {}: no channels for a member", id));
     }
     st->set_rank = static_cast<int>(it - ranks.begin());
-    st->controller =
-        std::make_unique<Controller>(id, config_, st->channels.control.get(), &timeline_, ranks);
+    st->controller = std::make_unique<Controller>(id, config_, st->channels.control.get(),
+                                                  timeline_.get(), ranks);
     st->executor = std::make_unique<Executor>(
-        id, config_, st->channels.data.get(), &timeline_, &backends_, &st->queue,
-        [this] { Wake(); }, transport_->threads_supported());
+        id, config_, st->channels.data.get(), timeline_, backends_, &st->queue, [this] { Wake(); },
+        transport_->threads_supported());
     st->last_round_end = Clock::now();
   }
   std::lock_guard<std::mutex> lock(sets_mu_);
@@ -155,6 +160,14 @@ std::shared_ptr<Runtime::SetState> Runtime::FindSet(int id) const {
   std::lock_guard<std::mutex> lock(sets_mu_);
   auto it = sets_.find(id);
   return it == sets_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<Runtime::SetState>> Runtime::AllSets() const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  std::vector<std::shared_ptr<SetState>> all;
+  for (auto& [id, st] : sets_) all.push_back(st);
+  for (auto& st : closing_) all.push_back(st);
+  return all;
 }
 
 Status Runtime::ShutdownStatus() const {
@@ -287,6 +300,17 @@ void Runtime::Wake() {
   }
 }
 
+bool Runtime::Sequenced(const SetState& st) const {
+  return sequenced_ && st.seq > 0 && st.set_rank >= 0 && st.ranks.size() > 1;
+}
+
+bool Runtime::AnyHeld() const {
+  for (auto& st : AllSets()) {
+    if (!st->held.empty()) return true;
+  }
+  return false;
+}
+
 bool Runtime::ShouldStart(SetState& st, Clock::time_point now, Clock::time_point* wake_at) {
   Controller& c = *st.controller;
   if (c.has_unsent()) {
@@ -300,15 +324,49 @@ bool Runtime::ShouldStart(SetState& st, Clock::time_point now, Clock::time_point
     }
     return true;
   }
-  if (c.has_pending()) {
+  // The global set's rounds also agree on process-set changes and release held batches.
+  const bool global_work = st.id == 0 && (!admin_.empty() || (sequenced_ && AnyHeld()));
+  if (c.has_pending() || global_work) {
     if (now >= st.next_retry) return true;
     *wake_at = std::min(*wake_at, st.next_retry);
     return false;
   }
-  const auto hb = st.last_round_end + heartbeat_;
+  Clock::duration period = heartbeat_;
+  if (st.id == 0 && sequenced_) {
+    // Batches of a set held on its members wait for a global round, which idle ranks (members or
+    // not) join only on their heartbeat: keep it short while such sets exist.
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, s] : sets_) {
+      if (id != 0 && s->ranks.size() > 1) {
+        period = std::min<Clock::duration>(period, milliseconds(10));
+        break;
+      }
+    }
+  }
+  const auto hb = st.last_round_end + period;
   if (now >= hb) return true;
   *wake_at = std::min(*wake_at, hb);
   return false;
+}
+
+// The global set's round carries, after the controller's own words:
+//   [0] bit 0: this rank has a process-set change pending (AND: every rank has one)
+//   [1], [2]: the hash of that change and its complement (equal after the AND iff all agree)
+//   [3 + seq - 1] for every set created so far (seq >= 1): how many rounds' batches of that set
+//     this rank holds, as a thermometer code (n low bits set), all ones when this rank holds none
+//     by design (not a member, not sequenced, gone): the AND gives the minimum over the members.
+std::vector<uint64_t> Runtime::ExtraWords(const SetState& st) {
+  if (st.id != 0) return {};
+  std::vector<uint64_t> w(3 + static_cast<size_t>(std::max(next_seq_ - 1, 0)), ~0ULL);
+  w[0] = admin_.empty() ? 0 : 1;
+  w[1] = admin_.empty() ? 0 : admin_.front()->hash;
+  w[2] = ~w[1];
+  for (auto& s : AllSets()) {
+    if (!Sequenced(*s)) continue;
+    const size_t n = s->held.size();
+    w[2 + static_cast<size_t>(s->seq)] = n >= 64 ? ~0ULL : (1ULL << n) - 1;
+  }
+  return w;
 }
 
 void Runtime::OnWake() {
@@ -317,11 +375,8 @@ void Runtime::OnWake() {
   bool spun_round = false;  // spin only for rounds this call started, never on timer polls
   for (;;) {
     std::vector<std::shared_ptr<SetState>> sets;
-    {
-      std::lock_guard<std::mutex> lock(sets_mu_);
-      for (auto& [id, st] : sets_) {
-        if (st->set_rank >= 0 && !st->closed) sets.push_back(st);
-      }
+    for (auto& st : AllSets()) {
+      if (st->set_rank >= 0 && !st->closed) sets.push_back(st);
     }
     const auto now = Clock::now();
     auto wake_at = now + std::chrono::hours(1);
@@ -336,7 +391,7 @@ void Runtime::OnWake() {
       for (int k = 0; k < 8 && !st.closed; ++k) {
         if (!c.in_round()) {
           if (!ShouldStart(st, now, &wake_at)) break;
-          c.StartRound(now);
+          c.StartRound(now, ExtraWords(st));
           started = true;
           st.poll_delay = Clock::duration::zero();
           st.next_poll = now;
@@ -350,6 +405,7 @@ void Runtime::OnWake() {
         CheckRoundDeadline(st, now);
       }
     }
+    FinishRemovals();
     if (finished_ || (shutting_down_ &&
                       std::all_of(sets.begin(), sets.end(), [](auto& s) { return s->closed; }))) {
       std::lock_guard<std::mutex> lock(state_mu_);
@@ -387,22 +443,170 @@ void Runtime::OnWake() {
 
 void Runtime::HandleResult(SetState& st, RoundResult& result, Clock::time_point now) {
   st.last_round_end = now;
-  const bool progress = !result.ready.empty() || result.exchanged_requests;
+  bool progress = !result.ready.empty() || result.exchanged_requests;
+  if (!result.ready.empty()) {
+    std::vector<Batch> batches =
+        PlanBatches(std::move(result.ready), config_, st.controller->size());
+    if (!Sequenced(st)) {
+      st.executor->Submit(std::move(batches));
+    } else if (global_closed_) {
+      // No global round will release them any more -- on any rank (see CloseSet).
+      const Status why = ShutdownStatus();
+      for (auto& b : batches) {
+        b.error_code = why.code();
+        b.error_message = why.message();
+      }
+      st.executor->Submit(std::move(batches));
+    } else {
+      st.held.push_back(std::move(batches));
+    }
+  }
+  if (st.id == 0) {
+    // The same decisions on every rank, at the same round: first this round's own batches (run
+    // above), then the released batches of the other sets in creation order, then the change.
+    progress |= ReleaseHeld(result.extra);
+    progress |= ApplyAdmin(result.extra, result.shutdown);
+  }
   st.retry_backoff = progress ? Clock::duration::zero()
                               : std::clamp<Clock::duration>(st.retry_backoff * 2, microseconds(50),
                                                             milliseconds(1));
   st.next_retry = now + st.retry_backoff;
-  if (!result.ready.empty()) {
-    st.executor->Submit(PlanBatches(std::move(result.ready), config_, st.controller->size()));
-  }
   if (result.shutdown) {
-    if (st.removing && !shutting_down_) {
-      CloseSet(st, Status::InvalidArgument(fmt::format("process set {} was removed", st.id)));
-      return;
-    }
     BeginShutdown(result.shutdown_reason);
     CloseSet(st, ShutdownStatus());
+    return;
   }
+  if (result.removed) {
+    CloseSet(st, Status::InvalidArgument(fmt::format("process set {} was removed", st.id)));
+  }
+}
+
+// Sequenced execution: with MPI_THREAD_SERIALIZED every batch runs inline on the control thread
+// and blocks it until the set's other members run the same batch. Running each set's batches as
+// its rounds complete would let ranks pick different orders across overlapping sets (rank 0 runs
+// set C's batch while rank 1 runs set A's, ...): a cycle no rank can leave. So a set's batches are
+// held until a round of the global set releases them: only as many rounds' batches as every member
+// holds (the AND of the thermometer words), in creation order of the sets. Every rank thus runs
+// the batches of all its sets in one global order -- (global round, set, position) -- and a member
+// runs a batch only when every other member has it too.
+bool Runtime::ReleaseHeld(const std::vector<uint64_t>& extra) {
+  if (extra.size() < 3) return false;
+  auto sets = AllSets();
+  std::sort(sets.begin(), sets.end(), [](auto& a, auto& b) { return a->seq < b->seq; });
+  bool released = false;
+  for (auto& sp : sets) {
+    SetState& st = *sp;
+    const size_t word = 2 + static_cast<size_t>(st.seq);
+    if (!Sequenced(st) || st.held.empty() || word >= extra.size()) continue;
+    const int n = __builtin_popcountll(extra[word]);
+    for (int i = 0; i < n && !st.held.empty(); ++i) {
+      std::vector<Batch> batches = std::move(st.held.front());
+      st.held.pop_front();
+      st.executor->Submit(std::move(batches));
+      released = true;
+    }
+  }
+  return released;
+}
+
+bool Runtime::ApplyAdmin(const std::vector<uint64_t>& extra, bool shutdown) {
+  if (extra.size() < 3 || (extra[0] & 1) == 0 || admin_.empty()) return false;
+  std::shared_ptr<AdminOp> op = admin_.front();
+  admin_.pop_front();
+  if (shutdown) {
+    op->result.set_value(HVDC_PROCESS_SET_ERROR_SHUTDOWN);
+  } else if (extra[1] != op->hash || extra[2] != ~op->hash) {
+    if (op->add) {
+      LogError("add_process_set({}): ranks passed different lists", op->ranks);
+    } else {
+      LogError("remove_process_set({}): ranks passed different process sets", op->id);
+    }
+    op->result.set_value(HVDC_PROCESS_SET_ERROR_INIT);
+  } else if (op->add) {
+    ApplyAdd(*op);
+  } else {
+    ApplyRemove(op);
+  }
+  Wake();  // a new set to drive, or a removal to carry out
+  return true;
+}
+
+void Runtime::ApplyAdd(AdminOp& op) {
+  if (!op.valid) {
+    LogError("add_process_set({}): invalid ranks (world size {})", op.ranks, topology().size);
+    op.result.set_value(HVDC_PROCESS_SET_ERROR_INIT);
+    return;
+  }
+  int id = 1;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [sid, st] : sets_) {
+      if (st->ranks == op.ranks) {
+        op.result.set_value(HVDC_PROCESS_SET_ERROR_EXISTING_SET);
+        return;
+      }
+    }
+    while (sets_.count(id)) ++id;
+  }
+  // A world collective, but every rank reaches it at the end of the same global round.
+  Status s = CreateSet(id, op.ranks);
+  if (!s.ok()) {
+    LogError("add_process_set({}): {}", op.ranks, s.message());
+    op.result.set_value(HVDC_PROCESS_SET_ERROR_INIT);
+    return;
+  }
+  op.result.set_value(id);
+}
+
+void Runtime::ApplyRemove(const std::shared_ptr<AdminOp>& op) {
+  std::shared_ptr<SetState> st;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    auto it = sets_.find(op->id);
+    if (it != sets_.end() && op->id != 0) {
+      st = it->second;
+      sets_.erase(it);
+      if (st->set_rank >= 0) closing_.push_back(st);
+    }
+  }
+  if (!st) {
+    op->result.set_value(HVDC_PROCESS_SET_ERROR_UNKNOWN_SET);
+    return;
+  }
+  if (st->set_rank < 0) {
+    op->result.set_value(0);
+    return;
+  }
+  // The members close the set in one of its own rounds (possibly before this one, on a member
+  // that saw that round first); FinishRemovals then tells the caller.
+  st->removed = [op](int rc) { op->result.set_value(rc); };
+  if (!st->closed) st->controller->RequestRemoval();
+}
+
+void Runtime::FinishRemovals() {
+  std::vector<std::shared_ptr<SetState>> done;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto it = closing_.begin(); it != closing_.end();) {
+      SetState& st = **it;
+      if (st.closed && st.held.empty() && !st.executor->busy()) {
+        done.push_back(std::move(*it));
+        it = closing_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& st : done) {
+    st->executor->Stop();
+    st->channels = ProcessSetChannels();  // frees the communicators on the control thread
+    if (st->removed) st->removed(0);
+  }
+}
+
+void Runtime::FailAdmin() {
+  for (auto& op : admin_) op->result.set_value(HVDC_PROCESS_SET_ERROR_SHUTDOWN);
+  admin_.clear();
 }
 
 void Runtime::BeginShutdown(const std::string& reason) {
@@ -413,8 +617,7 @@ void Runtime::BeginShutdown(const std::string& reason) {
   down_reason_ = reason.empty() ? kShutDownMessage : reason;
   down_.store(true);
   if (!reason.empty()) LogError("{}", reason);
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  for (auto& [id, st] : sets_) {
+  for (auto& st : AllSets()) {
     st->queue.Close(ShutdownStatus());
     if (st->set_rank >= 0 && !st->closed) st->controller->RequestShutdown(reason);
   }
@@ -439,9 +642,24 @@ void Runtime::CloseSet(SetState& st, const Status& why) {
     batches.push_back(std::move(failed));
     st.executor->Submit(std::move(batches));
   }
-  // Only now: the remover stops the executor once it hears of this, and the executor must already
-  // hold the failed batch so those callbacks still run.
-  SignalRemoved(st);
+  // Held batches of a closed set still run when a global round releases them (the other members
+  // may close it later, and run them). Once the global set closes -- in the same round on every
+  // rank -- nothing is released any more, anywhere: fail what is held.
+  if (st.id == 0) {
+    global_closed_ = true;
+    FailAdmin();
+    const Status down = ShutdownStatus();
+    for (auto& sp : AllSets()) {
+      for (auto& batches : sp->held) {
+        for (auto& b : batches) {
+          b.error_code = down.code();
+          b.error_message = down.message();
+        }
+        sp->executor->Submit(std::move(batches));
+      }
+      sp->held.clear();
+    }
+  }
 }
 
 void Runtime::CheckRoundDeadline(SetState& st, Clock::time_point now) {
@@ -479,117 +697,74 @@ void Runtime::Abandon(const std::string& reason) {
     shutdown_started_ = Clock::now();
   }
   shutting_down_ = true;
+  global_closed_ = true;
   const Status why = Status::UnknownError(reason);
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  for (auto& [id, st] : sets_) {
-    st->queue.Close(why);
-    if (st->set_rank < 0 || st->closed) continue;
-    st->closed = true;
-    SignalRemoved(*st);
-    auto pending = st->controller->TakeAllPending();
-    for (auto& e : st->queue.Drain()) pending.push_back(std::move(e));
+  FailAdmin();
+  for (auto& sp : AllSets()) {
+    SetState& st = *sp;
+    st.queue.Close(why);
+    if (st.set_rank < 0 || st.closed) continue;
+    st.closed = true;
+    auto pending = st.controller->TakeAllPending();
+    for (auto& e : st.queue.Drain()) pending.push_back(std::move(e));
     // Peers are gone: the executor may never return, so fail these here.
     for (auto& e : pending) {
-      st->queue.Release(e->request.name);
+      st.queue.Release(e->request.name);
       e->completion->MemberDone(why);
     }
+    for (auto& batches : st.held) {
+      for (auto& b : batches) Executor::Complete(b, why, &st.queue);
+    }
+    st.held.clear();
   }
   std::lock_guard<std::mutex> state_lock(state_mu_);
   abandoned_ = true;
 }
 
-template <typename F>
-auto Runtime::OnControlThread(F&& fn, decltype(fn()) fallback) -> decltype(fn()) {
-  using R = decltype(fn());
-  auto task = std::make_shared<std::packaged_task<R()>>(std::forward<F>(fn));
-  auto future = task->get_future();
-  boost::asio::post(io_, [task] { (*task)(); });
-  // A stopped io_context never runs the task (nor anything posted after it), so giving up is safe.
-  while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+int Runtime::RunAdmin(std::shared_ptr<AdminOp> op) {
+  std::future<int> result = op->result.get_future();
+  boost::asio::post(io_, [this, op] {
+    if (shutting_down_ || global_closed_) {
+      op->result.set_value(HVDC_PROCESS_SET_ERROR_SHUTDOWN);
+      return;
+    }
+    admin_.push_back(op);
+    Wake();
+  });
+  // A stopped io_context never runs the task (nor anything posted after it): give up then.
+  while (result.wait_for(milliseconds(20)) != std::future_status::ready) {
     std::lock_guard<std::mutex> lock(state_mu_);
-    if (finished_) return fallback;
+    if (finished_) {
+      return result.wait_for(milliseconds(0)) == std::future_status::ready
+                 ? result.get()
+                 : HVDC_PROCESS_SET_ERROR_SHUTDOWN;
+    }
   }
-  return future.get();
-}
-
-void Runtime::SignalRemoved(SetState& st) {
-  if (st.removing && !st.removed_signalled) {
-    st.removed_signalled = true;
-    st.removed.set_value();
-  }
+  return result.get();
 }
 
 int Runtime::AddProcessSet(std::vector<int> ranks) {
   if (!config_.dynamic_process_sets) return HVDC_PROCESS_SET_ERROR_DYNAMIC;
   if (down_.load()) return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
   std::sort(ranks.begin(), ranks.end());
-  const bool valid = !ranks.empty() &&
-                     std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
-                     ranks.front() >= 0 && ranks.back() < topology().size;
-  return OnControlThread(
-      [&]() -> int {
-        bool equal = false;
-        Status s =
-            transport_->CheckAgreement(HashRanks(valid ? ranks : std::vector<int>{-1}), &equal);
-        if (!s.ok() || !equal || !valid) {
-          LogError("add_process_set({}): {}", ranks,
-                   !s.ok()  ? s.message()
-                   : !valid ? "invalid ranks"
-                            : "ranks passed different lists");
-          return HVDC_PROCESS_SET_ERROR_INIT;
-        }
-        int id = 1;
-        {
-          std::lock_guard<std::mutex> lock(sets_mu_);
-          for (auto& [sid, st] : sets_) {
-            if (st->ranks == ranks) return HVDC_PROCESS_SET_ERROR_EXISTING_SET;
-          }
-          while (sets_.count(id)) ++id;
-        }
-        s = CreateSet(id, ranks);
-        if (!s.ok()) {
-          LogError("add_process_set({}): {}", ranks, s.message());
-          return HVDC_PROCESS_SET_ERROR_INIT;
-        }
-        Wake();
-        return id;
-      },
-      HVDC_PROCESS_SET_ERROR_SHUTDOWN);
+  auto op = std::make_shared<AdminOp>();
+  op->add = true;
+  op->valid = !ranks.empty() && std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+              ranks.front() >= 0 && ranks.back() < topology().size;
+  op->hash = HashRanks(op->valid ? ranks : std::vector<int>{-1}) * 3 + 1;
+  op->ranks = std::move(ranks);
+  return RunAdmin(std::move(op));
 }
 
 int Runtime::RemoveProcessSet(int id) {
   if (!config_.dynamic_process_sets) return HVDC_PROCESS_SET_ERROR_DYNAMIC;
   if (down_.load()) return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
-  std::shared_ptr<SetState> st = FindSet(id);
-  if (!st || id == 0) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
-  std::shared_future<void> removed = st->removed_future;
-  int rc = OnControlThread(
-      [&]() -> int {
-        bool equal = false;
-        Status s = transport_->CheckAgreement(static_cast<uint64_t>(id), &equal);
-        if (!s.ok() || !equal) return HVDC_PROCESS_SET_ERROR_INIT;
-        if (st->set_rank >= 0) {
-          st->removing = true;
-          st->controller->RequestShutdown("");
-          if (st->closed) SignalRemoved(*st);
-          Wake();
-        }
-        return 0;
-      },
-      HVDC_PROCESS_SET_ERROR_SHUTDOWN);
-  if (rc != 0) return rc;
-  if (st->set_rank >= 0) {
-    removed.wait();
-    st->executor->Stop();
-  }
-  return OnControlThread(
-      [&] {
-        std::lock_guard<std::mutex> lock(sets_mu_);
-        sets_.erase(id);
-        st->channels = ProcessSetChannels();  // frees the communicators on the control thread
-        return 0;
-      },
-      0);
+  if (id == 0 || !FindSet(id)) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+  auto op = std::make_shared<AdminOp>();
+  op->add = false;
+  op->id = id;
+  op->hash = HashRanks({id}) * 3 + 2;
+  return RunAdmin(std::move(op));
 }
 
 int Runtime::ProcessSetRank(int id) const {
@@ -628,23 +803,26 @@ Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
     return Status::InvalidArgument(
         "Set HOROVOD_TIMELINE=DYNAMIC (or a file path) before init() to use start_timeline()");
   }
-  timeline_.Stop();
-  return timeline_.Start(path, mark_cycles, topology().rank);
+  timeline_->Stop();
+  return timeline_->Start(path, mark_cycles, topology().rank);
 }
 
 Status Runtime::StopTimeline() {
-  timeline_.Stop();
+  timeline_->Stop();
   return Status::OK();
 }
 
 Status Runtime::Shutdown() {
   if (shutdown_called_.exchange(true)) return Status::OK();
   if (!control_thread_.joinable()) {  // Create() failed before starting it
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (auto& [id, st] : sets_) {
+    for (auto& st : AllSets()) {
       if (st->executor) st->executor->Stop();
     }
-    sets_.clear();
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      sets_.clear();
+      closing_.clear();
+    }
     transport_->Finalize();
     return Status::OK();
   }
@@ -674,27 +852,25 @@ Status Runtime::Shutdown() {
     std::lock_guard<std::mutex> lock(state_mu_);
     abandoned = abandoned_;
   }
-  std::vector<std::shared_ptr<SetState>> sets;
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (auto& [id, st] : sets_) sets.push_back(st);
-  }
+  std::vector<std::shared_ptr<SetState>> sets = AllSets();
   for (auto& st : sets) {
     if (!st->executor) continue;
     if (abandoned && st->executor->busy()) {
-      // Stuck in communication with a dead peer: leave the thread and its channels behind.
-      (void)st->executor.release();
+      // Stuck in communication with a dead peer: fail what it holds now, and leave the thread
+      // behind with its data channel (it touches nothing else of ours when it returns).
+      st->executor->Abandon(ShutdownStatus());
       (void)st->channels.control.release();
       (void)st->channels.data.release();
       continue;
     }
     st->executor->Stop();
   }
-  timeline_.Stop();
+  timeline_->Stop();
   if (!abandoned) {
     {
       std::lock_guard<std::mutex> lock(sets_mu_);
       sets_.clear();
+      closing_.clear();
     }
     sets.clear();
     transport_->Finalize();

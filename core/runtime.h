@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <future>
 #include <map>
@@ -72,6 +73,7 @@ class Runtime {
  private:
   struct SetState {
     int id = 0;
+    int seq = 0;             // creation order (0: the global set); the same on every rank
     std::vector<int> ranks;  // world ranks, sorted
     int set_rank = -1;       // -1: this rank is not a member
     ProcessSetChannels channels;
@@ -80,10 +82,12 @@ class Runtime {
     std::unique_ptr<Executor> executor;
     // Control-thread bookkeeping.
     bool closed = false;
-    bool removing = false;
-    std::promise<void> removed;  // fulfilled once, when a set being removed has closed
-    std::shared_future<void> removed_future = removed.get_future().share();
-    bool removed_signalled = false;
+    // Set when the removal is agreed (the set moves from sets_ to closing_); tells
+    // remove_process_set once the set is gone on this rank.
+    std::function<void(int)> removed;
+    // Sequenced execution (MPI_THREAD_SERIALIZED): batches of agreed rounds not yet released by a
+    // round of the global set, one entry per round.
+    std::deque<std::vector<Batch>> held;
     Clock::time_point first_unsent{};
     Clock::time_point next_retry{};
     Clock::time_point last_round_end{};
@@ -93,20 +97,39 @@ class Runtime {
     Clock::time_point round_warned{};
   };
 
+  // add_process_set / remove_process_set, agreed in a round of the global set and applied by every
+  // rank at the end of the same round.
+  struct AdminOp {
+    bool add = true;
+    std::vector<int> ranks;  // add: sorted
+    bool valid = true;       // add: the ranks form a valid set
+    int id = 0;              // remove
+    uint64_t hash = 0;       // what every rank must agree on
+    std::promise<int> result;
+  };
+
   Runtime(Config config, std::unique_ptr<Transport> transport, std::vector<Backend*> backends);
   Status CreateSet(int id, std::vector<int> ranks);
   std::shared_ptr<SetState> FindSet(int id) const;
-  // Runs fn on the control thread and returns its result, or `fallback` if the control thread has
-  // stopped (shutdown) before running it.
-  template <typename F>
-  auto OnControlThread(F&& fn, decltype(fn()) fallback) -> decltype(fn());
-  void SignalRemoved(SetState& st);
+  // Queues op for the global set's rounds and waits for its result (or the end of the runtime).
+  int RunAdmin(std::shared_ptr<AdminOp> op);
+  // Every set the control thread still drives (registered ones and removed ones finishing).
+  std::vector<std::shared_ptr<SetState>> AllSets() const;
 
   // Control thread.
   void Wake();  // from any thread
   void OnWake();
   bool ShouldStart(SetState& st, Clock::time_point now, Clock::time_point* wake_at);
+  std::vector<uint64_t> ExtraWords(const SetState& st);
   void HandleResult(SetState& st, RoundResult& result, Clock::time_point now);
+  bool Sequenced(const SetState& st) const;
+  bool AnyHeld() const;
+  bool ReleaseHeld(const std::vector<uint64_t>& extra);
+  bool ApplyAdmin(const std::vector<uint64_t>& extra, bool shutdown);
+  void ApplyAdd(AdminOp& op);
+  void ApplyRemove(const std::shared_ptr<AdminOp>& op);
+  void FinishRemovals();
+  void FailAdmin();
   void BeginShutdown(const std::string& reason);
   void CloseSet(SetState& st, const Status& why);
   void CheckRoundDeadline(SetState& st, Clock::time_point now);
@@ -116,11 +139,15 @@ class Runtime {
   Config config_;
   std::unique_ptr<Transport> transport_;
   std::vector<Backend*> backends_;
-  Timeline timeline_;
+  std::shared_ptr<Timeline> timeline_;  // shared with the executors (they may outlive us)
   Clock::duration heartbeat_;
+  // MPI_THREAD_SERIALIZED: batches of every set run on the control thread, so they run in one
+  // order all ranks share (see ReleaseHeld).
+  const bool sequenced_;
 
-  mutable std::mutex sets_mu_;  // guards sets_ (the map; each SetState has its own locking)
-  std::map<int, std::shared_ptr<SetState>> sets_;
+  mutable std::mutex sets_mu_;  // guards sets_ and closing_ (each SetState has its own locking)
+  std::map<int, std::shared_ptr<SetState>> sets_;   // the registered sets, by id
+  std::vector<std::shared_ptr<SetState>> closing_;  // removed, still finishing here
 
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;
@@ -128,6 +155,9 @@ class Runtime {
   std::thread control_thread_;
 
   // Control thread only.
+  int next_seq_ = 0;  // the seq of the next set created
+  std::deque<std::shared_ptr<AdminOp>> admin_;
+  bool global_closed_ = false;  // the global set has closed: no more global rounds
   bool shutting_down_ = false;
   std::string shutdown_reason_;
   Clock::time_point shutdown_started_{};

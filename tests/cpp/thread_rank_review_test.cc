@@ -525,15 +525,14 @@ TEST(ThreadRankReviewJoin, JoinedRankZerosMatchChunkingAndScaling) {
 // Dynamic process sets.
 // =====================================================================================
 
-// add_process_set runs a world collective (CheckAgreement, then CreateProcessSet) *on the control
-// thread*, blocking it until every rank calls add_process_set. Rank 1 enqueues an allreduce and
-// then calls add_process_set; rank 0 runs the same allreduce synchronously and only then calls
-// add_process_set -- the same order of collectives on both ranks. Rank 1's control thread is
-// blocked, so the allreduce never completes and rank 0 never reaches add_process_set (with MPI,
-// forever: MPI_Allreduce on the admin communicator has no deadline).
-// KNOWN OPEN BUG (disabled so CI stays green; listed in the closing note): add/remove must
-// be negotiated in set 0's rounds instead of blocking the control thread.
-TEST(ThreadRankReviewProcessSets, DISABLED_CollectiveInFlightDuringAddProcessSetCompletes) {
+// add_process_set must not block the control thread in a world collective until every rank calls
+// it: rank 1 enqueues an allreduce and then calls add_process_set; rank 0 runs the same allreduce
+// synchronously and only then calls add_process_set -- the same order of collectives on both
+// ranks. The change is agreed in the global set's rounds (applied by every rank at the end of the
+// same round), so rank 1's control thread keeps negotiating the allreduce meanwhile. (It used to
+// run CheckAgreement on the control thread: the allreduce never completed, and with MPI nothing
+// ever released it.)
+TEST(ThreadRankReviewProcessSets, CollectiveInFlightDuringAddProcessSetCompletes) {
   Config c = SmallConfig();
   c.dynamic_process_sets = true;
   ThreadWorld world(2, c);
@@ -845,9 +844,10 @@ void OverlappingSetsWithSkewedRounds(bool threads) {
   release.join();
 }
 
-// KNOWN OPEN BUG (disabled; listed in the closing note): with MPI_THREAD_SERIALIZED, batches of
-// overlapping process sets run inline on the control thread in per-rank order and can deadlock.
-TEST(ThreadRankReviewExecution, DISABLED_SerializedExecutionWithOverlappingSetsDoesNotDeadlock) {
+// With MPI_THREAD_SERIALIZED, batches of overlapping process sets run inline on the control
+// thread; they must run in one order shared by every rank (Runtime::ReleaseHeld), not in the order
+// each rank's rounds happen to complete.
+TEST(ThreadRankReviewExecution, SerializedExecutionWithOverlappingSetsDoesNotDeadlock) {
   OverlappingSetsWithSkewedRounds(false);
 }
 
@@ -943,12 +943,11 @@ TEST(ThreadRankReviewLifetime, InitWithAnInvalidProcessSetFailsPromptly) {
 }
 
 // After a peer stops responding, the runtime abandons it (round deadline) and Shutdown() leaves an
-// executor that is stuck in a data collective behind -- but that executor still points into the
-// Runtime (its TensorQueue, on_idle_ -> Runtime::Wake -> io_, the Config, the Timeline). When the
-// stuck collective eventually returns (the in-memory world's arrival timeout here; an MPI error
-// with MPI_ERRORS_RETURN), it completes its batch after the Runtime has been destroyed: the user's
-// callback runs late, TensorQueue::Release and Runtime::Wake touch freed memory. Run in a child
-// process (death test) because the use-after-free may crash.
+// executor that is stuck in a data collective behind. Shutdown() must fail that batch (and any
+// queued one) itself, and the thread -- when the stuck collective eventually returns (the
+// in-memory world's arrival timeout here; an MPI error with MPI_ERRORS_RETURN) -- must neither run
+// a callback again nor touch the destroyed Runtime (its TensorQueue, Runtime::Wake, the Config,
+// the Timeline). Run in a child process (death test) because a use-after-free may crash.
 void AbandonedExecutorScenario() {
   Config c = SmallConfig();
   c.stall_check_time_s = 0.5;  // heartbeat 0.125 s
@@ -1001,9 +1000,8 @@ void AbandonedExecutorScenario() {
   std::_Exit(0);
 }
 
-// KNOWN OPEN BUG (disabled; listed in the closing note): an executor left behind by Abandon (a
-// dead peer) still points into its Runtime after Shutdown() returns.
-TEST(ThreadRankReviewLifetimeDeathTest, DISABLED_AbandonedExecutorDoesNotTouchADestroyedRuntime) {
+// An executor left behind by Abandon (a dead peer) does not touch its Runtime after Shutdown().
+TEST(ThreadRankReviewLifetimeDeathTest, AbandonedExecutorDoesNotTouchADestroyedRuntime) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(AbandonedExecutorScenario(), ::testing::ExitedWithCode(0), "");
 }

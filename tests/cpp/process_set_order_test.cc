@@ -1,0 +1,267 @@
+// Process-set changes agreed in the global set's rounds, the one execution order all ranks share
+// when control and execution run on one thread (MPI_THREAD_SERIALIZED), and the runtime's thread
+// names. Ranks are threads over the in-memory world; every wait is bounded.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/c_api.h"
+#include "tests/cpp/thread_rank_harness.h"
+
+namespace hvdc {
+namespace testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kWait = std::chrono::seconds(15);
+
+std::vector<EnqueueItem> One(EnqueueItem item) {
+  std::vector<EnqueueItem> v;
+  v.push_back(std::move(item));
+  return v;
+}
+
+// The in-memory transport, reporting MPI_THREAD_SERIALIZED when asked to.
+class SerializedTransport : public Transport {
+ public:
+  SerializedTransport(std::unique_ptr<Transport> inner, bool threads)
+      : inner_(std::move(inner)), threads_(threads) {}
+  const Topology& topology() const override { return inner_->topology(); }
+  const char* name() const override { return inner_->name(); }
+  bool is_mpi() const override { return false; }
+  bool threads_supported() const override { return threads_; }
+  Status CreateProcessSet(const std::vector<int>& ranks, ProcessSetChannels* out) override {
+    return inner_->CreateProcessSet(ranks, out);
+  }
+  Status CheckAgreement(uint64_t value, bool* all_equal) override {
+    return inner_->CheckAgreement(value, all_equal);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  bool threads_;
+};
+
+class World {
+ public:
+  World(int n, Config config, bool threads, std::vector<std::vector<int>> extra_sets = {})
+      : n_(n), backend_(MakeHostBackend()), world_(LocalWorld::Create(n, 10000ms)) {
+    runtimes_.resize(n);
+    std::vector<Status> status(n);
+    OnAllRanks([&](int r) {
+      auto t = std::make_unique<SerializedTransport>(MakeLocalTransport(world_, r), threads);
+      status[r] =
+          Runtime::Create(config, std::move(t), {backend_.get()}, extra_sets, &runtimes_[r]);
+    });
+    for (auto& s : status) init_ = s.ok() ? init_ : s;
+  }
+  ~World() {
+    OnAllRanks([&](int r) {
+      if (runtimes_[r]) runtimes_[r]->Shutdown();
+    });
+  }
+  const Status& init_status() const { return init_; }
+  Runtime& rt(int r) { return *runtimes_[r]; }
+  void OnAllRanks(const std::function<void(int)>& fn) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n_; ++r) threads.emplace_back(fn, r);
+    for (auto& t : threads) t.join();
+  }
+
+ private:
+  int n_;
+  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<LocalWorld> world_;
+  std::vector<std::unique_ptr<Runtime>> runtimes_;
+  Status init_;
+};
+
+Config SmallConfig() {
+  Config c;
+  c.fusion_threshold_bytes = 4096;
+  c.zero_copy_bytes = 2048;
+  c.chunk_bytes = 1024;
+  c.cache_capacity = 16;
+  c.dynamic_process_sets = true;
+  return c;
+}
+
+bool Member(const std::vector<int>& ranks, int r) {
+  return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
+}
+
+// Every rank issues allreduces on the global set and on each extra set it belongs to, all at once
+// and in a rank-dependent order, several steps in a row; each result is the sum over the set.
+void RunInterleaved(World& world, int n, const std::vector<std::pair<int, std::vector<int>>>& sets,
+                    int steps) {
+  world.OnAllRanks([&](int r) {
+    for (int step = 0; step < steps; ++step) {
+      std::vector<std::pair<int, std::vector<int>>> mine;
+      for (auto& s : sets) {
+        if (Member(s.second, r)) mine.push_back(s);
+      }
+      if ((r + step) % 2) std::reverse(mine.begin(), mine.end());
+      std::vector<std::vector<float>> bufs(mine.size(), std::vector<float>(300));
+      std::vector<std::future<Status>> done;
+      for (size_t i = 0; i < mine.size(); ++i) {
+        std::fill(bufs[i].begin(), bufs[i].end(), static_cast<float>(r + 1));
+        done.push_back(Submit(world.rt(r), mine[i].first,
+                              One(AllreduceItem("t" + std::to_string(step % 3), bufs[i].data(),
+                                                bufs[i].data(), 300))));
+      }
+      for (size_t i = 0; i < mine.size(); ++i) {
+        ASSERT_EQ(done[i].wait_for(kWait), std::future_status::ready)
+            << "rank " << r << " step " << step << " set " << mine[i].first;
+        Status s = done[i].get();
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        float want = 0;
+        for (int q : mine[i].second) want += static_cast<float>(q + 1);
+        EXPECT_EQ(bufs[i][299], want) << "set " << mine[i].first;
+      }
+    }
+  });
+  (void)n;
+}
+
+// The global set and a set of two of its three ranks, used at once in opposite orders: with the
+// executor inline on the control thread, rank 0 could run the global batch while rank 1 runs the
+// set's (each waiting for the other) if each ran batches as its own rounds completed.
+TEST(ProcessSetOrder, SerializedGlobalAndSubsetInterleave) {
+  World world(3, SmallConfig(), /*threads=*/false, {{0, 1}});
+  ASSERT_TRUE(world.init_status().ok()) << world.init_status().ToString();
+  RunInterleaved(world, 3, {{0, {0, 1, 2}}, {1, {0, 1}}}, 20);
+}
+
+TEST(ProcessSetOrder, SerializedOverlappingSetsInterleave) {
+  World world(4, SmallConfig(), /*threads=*/false, {{0, 1}, {1, 2, 3}, {0, 3}});
+  ASSERT_TRUE(world.init_status().ok()) << world.init_status().ToString();
+  RunInterleaved(world, 4, {{0, {0, 1, 2, 3}}, {1, {0, 1}}, {2, {1, 2, 3}}, {3, {0, 3}}}, 12);
+}
+
+// Sets added at run time (agreed in global rounds) join the same order; a set used only by some
+// ranks does not wait for the idle rank's heartbeat; removal while a tensor is pending fails that
+// tensor once; the freed id is handed out again.
+void AddUseRemove(bool threads) {
+  World world(3, SmallConfig(), threads);
+  ASSERT_TRUE(world.init_status().ok()) << world.init_status().ToString();
+  std::atomic<int> orphan_calls{0};
+  auto orphan_buf = std::make_shared<std::vector<float>>(4, 1.f);
+  world.OnAllRanks([&](int r) {
+    Runtime& rt = world.rt(r);
+    const int a = rt.AddProcessSet({0, 2});
+    const int b = rt.AddProcessSet({1, 2});
+    ASSERT_EQ(a, 1);
+    ASSERT_EQ(b, 2);
+    EXPECT_EQ(rt.AddProcessSet({2, 0}), HVDC_PROCESS_SET_ERROR_EXISTING_SET);
+    const auto start = Clock::now();
+    for (int step = 0; step < 10; ++step) {
+      if (r == 1) break;  // idle on set a
+      std::vector<float> buf(8, static_cast<float>(r + 1));
+      auto f = Submit(rt, a, One(AllreduceItem("a_t", buf.data(), buf.data(), 8)));
+      ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
+      ASSERT_TRUE(f.get().ok());
+      EXPECT_EQ(buf[0], 4.f);
+    }
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0)
+        << "collectives on a set waited for a non-member's heartbeat";
+    if (r == 2) {
+      ASSERT_TRUE(
+          rt.Enqueue(b, One(AllreduceItem("orphan", orphan_buf->data(), orphan_buf->data(), 4)),
+                     [&orphan_calls](const Status& s) {
+                       orphan_calls++;
+                       EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+                     })
+              .ok());
+    }
+    EXPECT_EQ(rt.RemoveProcessSet(b), 0);
+    EXPECT_EQ(rt.ProcessSetSize(b), HVDC_PROCESS_SET_ERROR_UNKNOWN_SET);
+    EXPECT_EQ(rt.RemoveProcessSet(b), HVDC_PROCESS_SET_ERROR_UNKNOWN_SET);
+    const int c = rt.AddProcessSet({0, 1});
+    EXPECT_EQ(c, b) << "the freed id is handed out again";
+    if (r != 2) {
+      std::vector<float> buf(8, static_cast<float>(r + 1));
+      auto f = Submit(rt, c, One(AllreduceItem("c_t", buf.data(), buf.data(), 8)));
+      ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
+      ASSERT_TRUE(f.get().ok());
+      EXPECT_EQ(buf[0], 3.f);
+    }
+    EXPECT_EQ(rt.RemoveProcessSet(a), 0);
+    EXPECT_EQ(rt.RemoveProcessSet(c), 0);
+    EXPECT_EQ(rt.ProcessSetIds(), std::vector<int>{0});
+  });
+  EXPECT_EQ(orphan_calls.load(), 1);
+}
+
+TEST(ProcessSetOrder, AddUseRemoveThreaded) { AddUseRemove(true); }
+TEST(ProcessSetOrder, AddUseRemoveSerialized) { AddUseRemove(false); }
+
+// Changes are agreed in order: ranks calling add_process_set with the same lists in the same order
+// get the same ids while other collectives run in between on some ranks only.
+TEST(ProcessSetOrder, AddWhileOtherRanksRunCollectives) {
+  World world(3, SmallConfig(), /*threads=*/true);
+  ASSERT_TRUE(world.init_status().ok());
+  world.OnAllRanks([&](int r) {
+    Runtime& rt = world.rt(r);
+    std::vector<float> buf(16, 1.f);
+    std::future<Status> f;
+    if (r != 0) f = Submit(rt, 0, One(AllreduceItem("mid", buf.data(), buf.data(), 16)));
+    const int a = rt.AddProcessSet({0, 1});
+    if (r == 0) {
+      f = Submit(rt, 0, One(AllreduceItem("mid", buf.data(), buf.data(), 16)));
+    }
+    const int b = rt.AddProcessSet({1, 2});
+    EXPECT_EQ(a, 1);
+    EXPECT_EQ(b, 2);
+    ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
+    EXPECT_TRUE(f.get().ok());
+    EXPECT_EQ(buf[0], 3.f);
+  });
+}
+
+// Disagreeing changes fail on every rank and leave the queue of changes in step.
+TEST(ProcessSetOrder, DisagreeingAddFailsEverywhere) {
+  World world(2, SmallConfig(), /*threads=*/true);
+  ASSERT_TRUE(world.init_status().ok());
+  world.OnAllRanks([&](int r) {
+    Runtime& rt = world.rt(r);
+    EXPECT_EQ(rt.AddProcessSet({r}), HVDC_PROCESS_SET_ERROR_INIT);
+    EXPECT_EQ(rt.AddProcessSet({0}), 1);
+    EXPECT_EQ(rt.ProcessSetIncluded(1), r == 0 ? 1 : 0);
+  });
+}
+
+// The control thread and each executor thread carry a name (shown by top -H, gdb, perf).
+TEST(ProcessSetOrder, ThreadsAreNamed) {
+  World world(2, SmallConfig(), /*threads=*/true, {{0}});
+  ASSERT_TRUE(world.init_status().ok());
+  std::multiset<std::string> names;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(dir)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      names.insert(name);
+    }
+    closedir(dir);
+  }
+  EXPECT_EQ(names.count("hvdc-control"), 2u);
+  EXPECT_EQ(names.count("hvdc-exec-0"), 2u);
+  EXPECT_EQ(names.count("hvdc-exec-1"), 1u);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace hvdc
