@@ -373,11 +373,12 @@ void Runtime::OnWake() {
   wake_posted_.store(false);
   const auto spin_until = Clock::now() + microseconds(30);
   bool spun_round = false;  // spin only for rounds this call started, never on timer polls
-  for (;;) {
+  for (bool first = true;; first = false) {
     std::vector<std::shared_ptr<SetState>> sets;
     for (auto& st : AllSets()) {
       if (st->set_rank >= 0 && !st->closed) sets.push_back(st);
     }
+    if (first) LetProducersFinish(sets);
     const auto now = Clock::now();
     auto wake_at = now + std::chrono::hours(1);
     bool any_in_round = false;
@@ -438,6 +439,30 @@ void Runtime::OnWake() {
       if (!ec) OnWake();
     });
     return;
+  }
+}
+
+// A framework often submits a burst of tensors (a whole gradient list) from one thread. Woken by
+// its first tensor, this thread would preempt it -- on a rank pinned to one core, at once -- and
+// negotiate the burst in many small rounds. So before starting a round, give the CPU back while
+// the queues are still growing (bounded: a steady trickle is negotiated after 50 us). With no
+// producer running the first yield returns at once and costs about a microsecond.
+void Runtime::LetProducersFinish(const std::vector<std::shared_ptr<SetState>>& sets) {
+  auto pending = [&sets] {
+    size_t n = 0;
+    for (auto& st : sets) {
+      if (!st->controller->in_round()) n += st->queue.pending();
+    }
+    return n;
+  };
+  size_t last = pending();
+  if (last == 0) return;
+  const auto deadline = Clock::now() + microseconds(50);
+  for (int i = 0; i < 64 && Clock::now() < deadline; ++i) {
+    std::this_thread::yield();
+    const size_t now = pending();
+    if (now == last) return;
+    last = now;
   }
 }
 

@@ -119,6 +119,7 @@ class Runtime {
   // Control thread.
   void Wake();  // from any thread
   void OnWake();
+  void LetProducersFinish(const std::vector<std::shared_ptr<SetState>>& sets);
   bool ShouldStart(SetState& st, Clock::time_point now, Clock::time_point* wake_at);
   std::vector<uint64_t> ExtraWords(const SetState& st);
   void HandleResult(SetState& st, RoundResult& result, Clock::time_point now);

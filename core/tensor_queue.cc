@@ -28,6 +28,11 @@ std::vector<std::shared_ptr<TensorEntry>> TensorQueue::Drain() {
   return std::move(incoming_);
 }
 
+size_t TensorQueue::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return incoming_.size();
+}
+
 void TensorQueue::Release(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   in_flight_.erase(name);

@@ -19,13 +19,15 @@ class TensorQueue {
   // Adds every entry or none (a group is all-or-nothing). Fails on a duplicate in-flight name.
   Status Push(std::vector<std::shared_ptr<TensorEntry>> entries);
   std::vector<std::shared_ptr<TensorEntry>> Drain();
+  // Entries pushed and not yet drained.
+  size_t pending() const;
   // Called once an entry's callback is about to run: its name may be used again.
   void Release(const std::string& name);
   // Refuses every later Push with `status` (at shutdown).
   void Close(Status status);
 
  private:
-  std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;  // guards everything below
   std::vector<std::shared_ptr<TensorEntry>> incoming_;
   std::unordered_set<std::string> in_flight_;
   bool closed_ = false;
