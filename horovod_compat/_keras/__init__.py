@@ -10,6 +10,7 @@ optimizer class.
 """
 
 import sys
+import warnings
 from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
@@ -213,6 +214,38 @@ def _settings(base: type, name: Optional[str] = None, device_dense: str = "",
                 process_set=process_set, scale_local_gradients=scale_local_gradients)
 
 
+_jit_guard_installed = False
+
+
+def _install_jit_guard() -> None:
+    """Keras 3 turns XLA on by itself (``jit_compile="auto"``) on a machine with a GPU, and our
+    collectives have no XLA lowering: ``fit`` would fail inside the XLA compiler. Keras asks
+    ``model_supports_jit`` both when resolving "auto" and when ``jit_compile=True`` is set, and
+    falls back to no XLA when it says no; answer no, with a warning, for a model whose optimizer
+    is distributed."""
+    global _jit_guard_installed
+    if _jit_guard_installed:
+        return
+    _jit_guard_installed = True
+    try:
+        from keras.src.trainers import trainer as trainer_module
+    except ImportError:  # another Keras 3 layout: nothing to guard
+        return
+    supports_jit = getattr(trainer_module, "model_supports_jit", None)
+    if supports_jit is None:
+        return
+
+    def model_supports_jit(model: Any) -> bool:
+        if getattr(getattr(model, "optimizer", None), "_hvd_settings", None):
+            warnings.warn("horovod_compat: the distributed optimizer's collectives cannot be "
+                          "compiled by XLA; this model trains with jit_compile=False.",
+                          stacklevel=3)
+            return False
+        return supports_jit(model)
+
+    trainer_module.model_supports_jit = model_supports_jit
+
+
 def _distributed_class(base: type, settings: dict) -> type:
     """A subclass of the Keras 3 optimizer class ``base`` with the same ``__name__`` whose
     ``apply`` allreduces gradients as ``settings`` say."""
@@ -250,6 +283,7 @@ def create_distributed_optimizer(optimizer: Any, name: Optional[str] = None,
         cls = keras2.distributed_class(base, settings)
     else:
         cls = _distributed_class(base, settings)
+        _install_jit_guard()
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name

@@ -241,3 +241,20 @@ def test_value_helpers():
     gathered = hvdk.allgather([rank], name="keras_value_allgather").numpy()
     np.testing.assert_array_equal(gathered, np.arange(size))
     assert int(hvdk.broadcast(rank + 5, 0, name="keras_value_broadcast")) == 5
+
+
+def test_xla_is_turned_off_for_a_distributed_optimizer(monkeypatch):
+    # Keras resolves jit_compile="auto" to XLA on a machine with a GPU; pretend to be one.
+    real = tf.config.list_physical_devices
+    fake_gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda *a, **k: list(real(*a, **k)) + [fake_gpu])
+    plain = _model(_initial_weights(1))
+    plain.compile(optimizer=keras.optimizers.SGD(), loss="mse", jit_compile="auto")
+    assert plain.jit_compile is True  # what Keras would do: the failure we must avoid
+    for jit_compile in ("auto", True):
+        model = _model(_initial_weights(1))
+        with pytest.warns(UserWarning, match="cannot be compiled by XLA"):
+            model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD()),
+                          loss="mse", jit_compile=jit_compile)
+        assert model.jit_compile is False
