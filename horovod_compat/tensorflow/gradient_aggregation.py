@@ -115,5 +115,11 @@ class LocalGradientAggregationHelper:
                     return tf.constant(False)
             return tf.constant(False)
 
-        flag = tf.cond(tf.equal(self.counter, self.backward_passes_per_step), apply, skip)
+        # Read the counter only after this pass's gradients (and so its increment in
+        # compute_gradients) exist; otherwise the read may race ahead of the increment.
+        grads_and_vars = kwargs.get("grads_and_vars", args[0] if args else ())
+        grads = [g for g, _ in grads_and_vars if g is not None]
+        with tf.control_dependencies(grads):
+            flag = tf.cond(tf.equal(self.counter.read_value(), self.backward_passes_per_step),
+                           apply, skip)
         return flag.op

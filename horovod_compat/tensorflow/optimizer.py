@@ -74,6 +74,11 @@ if _LegacyOptimizer is not None:
         def apply_gradients(self, *args: Any, **kwargs: Any) -> Any:
             """Delegates to the wrapped optimizer (only on the allreduce pass when aggregating)."""
             if self._agg_helper is not None:
+                # The helper reads grads_and_vars too: a one-shot iterator (zip) must survive.
+                if args:
+                    args = (list(args[0]),) + tuple(args[1:])
+                elif "grads_and_vars" in kwargs:
+                    kwargs["grads_and_vars"] = list(kwargs["grads_and_vars"])
                 return self._agg_helper.apply_gradients(
                     lambda: self._optimizer.apply_gradients(*args, **kwargs), self._optimizer,
                     *args, **kwargs)

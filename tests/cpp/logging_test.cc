@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -77,13 +76,29 @@ TEST_F(LoggingTest, FiltersByLevelAndFormatsLines) {
             "[hvdc] [rank 3] WARNING: macro warning 5\n");
 }
 
+// Every digit as '#' (collapse: every run of digits as one '#'), to compare text with variable
+// numbers against a fixed pattern.
+std::string DigitsAsHash(const std::string& text, bool collapse) {
+  std::string out;
+  for (char c : text) {
+    const bool digit = c >= '0' && c <= '9';
+    if (!digit) {
+      out += c;
+    } else if (!collapse || out.empty() || out.back() != '#') {
+      out += '#';
+    }
+  }
+  return out;
+}
+
 TEST_F(LoggingTest, TimestampAndNoRank) {
   SetLogOptions(LogLevel::kTrace, /*hide_time=*/false, /*rank=*/-1);
   StderrCapture capture;
   LogTrace("hello");
   std::string text = capture.Text();
-  std::regex line(R"(\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}\] \[hvdc\] TRACE: hello\n)");
-  EXPECT_TRUE(std::regex_match(text, line)) << text;
+  EXPECT_EQ(DigitsAsHash(text, /*collapse=*/false),
+            "[####-##-## ##:##:##.###] [hvdc] TRACE: hello\n")
+      << text;
 }
 
 TEST_F(LoggingTest, MacrosDoNotEvaluateArgumentsWhenDisabled) {
@@ -115,11 +130,13 @@ TEST_F(LoggingTest, ConcurrentLinesStayWhole) {
   std::istringstream lines(capture.Text());
   std::string l;
   int count = 0;
-  std::regex head(R"(\[hvdc\] \[rank 1\] INFO: t\d i\d+ )");
   while (std::getline(lines, l)) {
     ASSERT_GT(l.size(), payload.size());
     size_t head_len = l.size() - payload.size();
-    EXPECT_TRUE(std::regex_match(l.substr(0, head_len), head)) << l.substr(0, 80);
+    EXPECT_EQ(l.rfind("[hvdc] [rank 1] INFO: t", 0), 0u) << l.substr(0, 80);
+    EXPECT_EQ(DigitsAsHash(l.substr(0, head_len), /*collapse=*/true),
+              "[hvdc] [rank #] INFO: t# i# ")
+        << l.substr(0, 80);
     EXPECT_EQ(l.substr(head_len), payload);
     ++count;
   }
