@@ -16,89 +16,27 @@ from typing import Any, List, Optional, Sequence
 import tensorflow as tf
 
 from horovod_compat.common.process_sets import global_process_set
-from horovod_compat.tensorflow.allreduce_grads import (_make_allreduce_grads_fn,
-                                                       _reduce_with_local, _validate_grouping)
+from horovod_compat.tensorflow.allreduce_grads import _validate_grouping
 from horovod_compat.tensorflow.compression import Compression
 from horovod_compat.tensorflow.mpi_ops import Average, Sum
-from horovod_compat.tensorflow.util import _VariableRef
 from horovod_compat._keras import keras2
+from horovod_compat._keras.optimizer_base import (CallableList, HorovodOptimizerMixin,
+                                                  state_of)
 
 
-class CallableList(list):
-    """A list that also answers ``opt.variables()`` (Keras 2 spelling)."""
-
-    def __call__(self) -> "CallableList":
-        return self
-
-
-class _Holder:
-    """Plain container: what it holds is not tracked by Keras/TF checkpointing."""
-
-    def __init__(self) -> None:
-        self.accumulators: Optional[List[Any]] = None
-        self.counter: Optional[tf.Variable] = None
-        self.local_vars: set = set()
-        # What compute_gradients last returned, already allreduced: apply() must not reduce
-        # those tensors a second time (compute_gradients + apply_gradients reduces once).
-        self.pre_reduced: List[Any] = []
-
-
-def _state(opt: Any) -> _Holder:
-    holder = opt.__dict__.get("_hvd_state")
-    if holder is None:
-        holder = _Holder()
-        object.__setattr__(opt, "_hvd_state", holder)
-    return holder
-
-
-class _DistributedMixin:
+class _DistributedMixin(HorovodOptimizerMixin):
     """Methods copied into the dynamically created optimizer subclass."""
-
-    _HAS_AGGREGATE_GRAD = True
-    _hvd_settings: dict = {}
-
-    # -- Horovod attributes -------------------------------------------------------------------
-    @property
-    def process_set(self) -> Any:
-        return self._hvd_settings["process_set"]
-
-    @property
-    def scale_local_gradients(self) -> bool:
-        return self._hvd_settings["scale_local_gradients"]
-
-    @property
-    def _local_vars(self) -> set:
-        return _state(self).local_vars
-
-    def register_local_var(self, var: Any) -> None:
-        """Gradients of ``var`` are not allreduced (only scaled by 1/size if configured)."""
-        _state(self).local_vars.add(_VariableRef(var))
 
     @property
     def variables(self) -> CallableList:
         return CallableList(super().variables)
-
-    @property
-    def _allreduce_grads(self) -> Any:
-        s = self._hvd_settings
-        return _make_allreduce_grads_fn(s["name"], s["device_dense"], s["device_sparse"],
-                                        s["compression"], s["sparse_as_dense"], s["op"],
-                                        s["gradient_predivide_factor"], s["groups"],
-                                        s["process_set"])
-
-    def _allreduce(self, grads: Sequence[Any], vars: Sequence[Any]) -> List[Any]:
-        s = self._hvd_settings
-        if s["process_set"].size() <= 1 and not _state(self).local_vars:
-            return list(grads)
-        return _reduce_with_local(self._allreduce_grads, grads, vars, _state(self).local_vars,
-                                  s["process_set"], s["scale_local_gradients"])
 
     # -- Keras 3 hooks ------------------------------------------------------------------------
     def build(self, variables: Any) -> None:
         super().build(variables)
         passes = self._hvd_settings["backward_passes_per_step"]
         if passes > 1:
-            state = _state(self)
+            state = state_of(self)
             with tf.init_scope():
                 state.accumulators = [
                     tf.Variable(tf.zeros(tuple(v.shape), dtype=tf.as_dtype(v.dtype)),
@@ -124,15 +62,8 @@ class _DistributedMixin:
             return super().apply(grads, trainable_variables)
         return self._apply_aggregated(grads, trainable_variables, passes)
 
-    def _hvd_take_pre_reduced(self, grads: Sequence[Any]) -> bool:
-        """True when every gradient is one our ``compute_gradients`` already allreduced."""
-        state = _state(self)
-        pre, state.pre_reduced = state.pre_reduced, []
-        present = [g for g in grads if g is not None]
-        return bool(pre) and bool(present) and all(any(g is p for p in pre) for g in present)
-
     def _apply_aggregated(self, grads: List[Any], variables: List[Any], passes: int) -> Any:
-        state = _state(self)
+        state = state_of(self)
         if state.accumulators is None:
             raise RuntimeError("Distributed optimizer with backward_passes_per_step > 1 was not "
                                "built.")
@@ -184,9 +115,7 @@ class _DistributedMixin:
             var_list = var_list()
         var_list = list(var_list)
         grads = tape.gradient(loss_value, var_list, grad_loss)
-        reduced = self._allreduce(grads, var_list)
-        _state(self).pre_reduced = [g for g in reduced if g is not None]
-        return list(zip(reduced, var_list))
+        return list(zip(self._hvd_reduce_and_record(grads, var_list), var_list))
 
     def compute_gradients(self, loss: Any, var_list: Any, tape: Any = None) -> List[Any]:
         return self._compute_gradients(loss, var_list, None, tape)

@@ -15,8 +15,7 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-from horovod_compat.tensorflow.allreduce_grads import _make_allreduce_grads_fn, _reduce_with_local
-from horovod_compat.tensorflow.util import _VariableRef
+from horovod_compat._keras.optimizer_base import CallableList, HorovodOptimizerMixin, state_of
 
 
 def _tf_keras() -> Any:
@@ -44,91 +43,23 @@ def is_legacy_optimizer(optimizer_or_class: Any) -> bool:
     return issubclass(cls, _tf_keras().optimizers.legacy.Optimizer)
 
 
-class _Holder:
-    """Horovod state of one optimizer instance (not tracked by TF checkpointing)."""
-
-    def __init__(self) -> None:
-        self.accumulators: dict = {}     # id(var) -> (var, accumulator variable)
-        self.counter: Optional[tf.Variable] = None
-        self.local_vars: set = set()
-        self.pre_reduced: List[Any] = []
-
-
-def _state(opt: Any) -> _Holder:
-    holder = opt.__dict__.get("_hvd_state")
-    if holder is None:
-        holder = _Holder()
-        object.__setattr__(opt, "_hvd_state", holder)
-    return holder
-
-
-class _CallableList(list):
-    def __call__(self) -> "_CallableList":
-        return self
-
-
 def _dense(grad: Any) -> Any:
     return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
 
 
-class _Keras2DistributedMixin:
+class _Keras2DistributedMixin(HorovodOptimizerMixin):
     """Methods shared by the distributed subclasses of both tf_keras optimizer families."""
 
-    _HAS_AGGREGATE_GRAD = True
-    _hvd_settings: dict = {}
-
-    # -- Horovod attributes -------------------------------------------------------------------
     @property
-    def process_set(self) -> Any:
-        return self._hvd_settings["process_set"]
-
-    @property
-    def scale_local_gradients(self) -> bool:
-        return self._hvd_settings["scale_local_gradients"]
-
-    @property
-    def _local_vars(self) -> set:
-        return _state(self).local_vars
-
-    def register_local_var(self, var: Any) -> None:
-        """Gradients of ``var`` are not allreduced (only scaled by 1/size if configured)."""
-        _state(self).local_vars.add(_VariableRef(var))
-
-    @property
-    def variables(self) -> _CallableList:
+    def variables(self) -> CallableList:
         # A property on tf_keras.optimizers.Optimizer, a method on the legacy OptimizerV2.
         value = super().variables
-        return _CallableList(value() if callable(value) else value)
-
-    @property
-    def _allreduce_grads(self) -> Any:
-        s = self._hvd_settings
-        return _make_allreduce_grads_fn(s["name"], s["device_dense"], s["device_sparse"],
-                                        s["compression"], s["sparse_as_dense"], s["op"],
-                                        s["gradient_predivide_factor"], s["groups"],
-                                        s["process_set"])
-
-    def _allreduce(self, grads: Sequence[Any], vars: Sequence[Any]) -> List[Any]:
-        s = self._hvd_settings
-        state = _state(self)
-        if s["process_set"].size() <= 1 and not state.local_vars:
-            return list(grads)
-        return _reduce_with_local(self._allreduce_grads, grads, vars, state.local_vars,
-                                  s["process_set"], s["scale_local_gradients"])
+        return CallableList(value() if callable(value) else value)
 
     def _hvd_reduced(self, grads_and_vars: Sequence[Any]) -> List[Any]:
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
-        reduced = self._allreduce(grads, variables)
-        _state(self).pre_reduced = [g for g in reduced if g is not None]
-        return list(zip(reduced, variables))
-
-    def _hvd_take_pre_reduced(self, grads: Sequence[Any]) -> bool:
-        """True when every gradient is one our ``compute_gradients`` already allreduced."""
-        state = _state(self)
-        pre, state.pre_reduced = state.pre_reduced, []
-        present = [g for g in grads if g is not None]
-        return bool(pre) and bool(present) and all(any(g is p for p in pre) for g in present)
+        return list(zip(self._hvd_reduce_and_record(grads, variables), variables))
 
     # -- the update ------------------------------------------------------------------------------
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
@@ -151,7 +82,9 @@ class _Keras2DistributedMixin:
 
     def _hvd_apply_aggregated(self, grads: List[Any], variables: List[Any], passes: int,
                               reduce: bool, args: tuple, kwargs: dict) -> Any:
-        state = _state(self)
+        state = state_of(self)
+        if state.accumulators is None:
+            state.accumulators = {}  # id(var) -> (var, accumulator variable)
         present = [k for k, g in enumerate(grads) if g is not None]
         if not present:
             return super().apply_gradients(list(zip(grads, variables)), *args, **kwargs)
