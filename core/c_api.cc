@@ -90,6 +90,12 @@ Status Translate(const hvdc_request& r, EnqueueItem* item) {
     }
   }
   item->input = r.input.data;
+  if ((r.ready_event != nullptr || r.done_stream != nullptr) && q.device < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "tensor '{}': ready_event and done_stream are for CUDA tensors (device >= 0)", q.name));
+  }
+  item->ready_event = r.ready_event;
+  item->done_stream = r.done_stream;
   switch (q.op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:

@@ -116,6 +116,19 @@ typedef struct hvdc_request {
   hvdc_alloc_fn allocate;   /* allgather, alltoall, reducescatter */
   void* allocate_user;
   int32_t* join_last_rank; /* join: receives the last rank that joined */
+  /* CUDA tensors (input.device >= 0) only; NULL = unused. Both stay valid until `done` runs.
+   * ready_event: a cudaEvent_t recorded on the producer's stream once the input is written. The
+   *   backend's stream waits for it (cudaStreamWaitEvent) before reading the input, so the caller
+   *   need not synchronise with the GPU before hvdc_enqueue.
+   * done_stream: a cudaStream_t of the consumer. As soon as the op's GPU work is queued, the
+   *   backend makes done_stream wait for it (cudaStreamWaitEvent on the backend's event) and runs
+   *   `done` then, without waiting for the GPU: work queued on done_stream after `done` sees the
+   *   outputs, and may reuse the inputs (stream-ordered frees included); other streams and the
+   *   host must synchronise with done_stream first. An error that the GPU reports after `done`
+   *   (NCCL's asynchronous errors) fails the set's later operations instead. Without done_stream,
+   *   `done` runs once the GPU has finished the work. */
+  const void* ready_event;
+  void* done_stream;
 } hvdc_request;
 
 /* Initialisation. Everything NULL/0 = all of MPI_COMM_WORLD under a launcher, or rank 0 of 1

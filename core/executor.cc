@@ -59,8 +59,10 @@ Executor::Executor(int set_id, const Config& config, HostComm* comm,
   s.ctx.buffer = &s.buffer;
   s.ctx.timeline = s.timeline.get();
   // Asynchronous completion (ExecutionContext::complete, core/backend.h): a backend's own thread
-  // (NCCL: waiting on CUDA events) completes its items here. Names are released under `mu` so that
-  // none is released once Abandon() has begun (the queue may be gone then).
+  // (NCCL: waiting on CUDA events) completes its items here -- or the executor thread itself,
+  // inside Execute, for items it can release early. Names are released under `mu` so that none is
+  // released once Abandon() has begun (the queue may be gone then), and an item completed here
+  // leaves `executing`, so Abandon() does not complete it a second time.
   s.ctx.complete = [&s](Batch& batch, const Status& status) {
     {
       std::lock_guard<std::mutex> lock(s.mu);
@@ -69,9 +71,11 @@ Executor::Executor(int set_id, const Config& config, HostComm* comm,
         const auto& failed = s.failed_by_abandon;
         if (std::find(failed.begin(), failed.end(), item.entry) != failed.end()) {
           item.entry.reset();  // its callback has run already
-        } else if (!s.abandoned && s.queue) {
-          s.queue->Release(item.entry->request.name);
+          continue;
         }
+        auto& ex = s.executing;
+        ex.erase(std::remove(ex.begin(), ex.end(), item.entry), ex.end());
+        if (!s.abandoned && s.queue) s.queue->Release(item.entry->request.name);
       }
     }
     Complete(batch, status, nullptr);

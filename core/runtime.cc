@@ -285,6 +285,8 @@ Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
     e->allocate = std::move(item.allocate);
     e->received_splits = item.received_splits;
     e->join_last_rank = item.join_last_rank;
+    e->ready_event = item.ready_event;
+    e->done_stream = item.done_stream;
     e->completion = completion;
     e->enqueued_at = now;
     entries.push_back(std::move(e));

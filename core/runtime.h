@@ -35,6 +35,8 @@ struct EnqueueItem {
   Allocator allocate;
   int32_t* received_splits = nullptr;
   int32_t* join_last_rank = nullptr;
+  const void* ready_event = nullptr;  // cudaEvent_t (hvdc_request::ready_event)
+  void* done_stream = nullptr;        // cudaStream_t (hvdc_request::done_stream)
 };
 
 class Runtime {

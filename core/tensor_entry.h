@@ -50,6 +50,10 @@ struct TensorEntry {
   Allocator allocate;      // allgather, alltoall, reducescatter
   int32_t* received_splits = nullptr;
   int32_t* join_last_rank = nullptr;
+  // CUDA tensors: the producer's event to wait for, the consumer's stream to release early (see
+  // hvdc_request); null when unused.
+  const void* ready_event = nullptr;
+  void* done_stream = nullptr;
   std::shared_ptr<Completion> completion;
   std::chrono::steady_clock::time_point enqueued_at;
 

@@ -154,6 +154,8 @@ class NcclBackend : public Backend {
                         OpTypeName(batch.op), item.response.name));
       }
     }
+    // A failure here leaves the other members' collective waiting: the stall limits end that.
+    HVDC_RETURN_IF_ERROR(st->WaitForInputs(batch));
     Status queued;
     switch (batch.op) {
       case OpType::kAllreduce:
@@ -184,7 +186,12 @@ class NcclBackend : public Backend {
     auto it = ctx.states.find(this);
     if (it == ctx.states.end()) {
       std::unique_ptr<NcclSetState> st;
-      const Status made = NcclSetState::Create(ctx.comm, batch.device, ctx.complete, &st);
+      NcclSetState::StallLimits limits;
+      if (ctx.config != nullptr && !ctx.config->stall_check_disable) {
+        limits.warn_after_s = ctx.config->stall_check_time_s;
+        limits.abort_after_s = ctx.config->stall_shutdown_time_s;
+      }
+      const Status made = NcclSetState::Create(ctx.comm, batch.device, ctx.complete, limits, &st);
       if (!made.ok()) {
         return Status::UnknownError(fmt::format("creating the NCCL communicator on device {}: {}",
                                                 batch.device, made.message()));

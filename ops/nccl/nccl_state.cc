@@ -13,13 +13,23 @@ namespace {
 // How long shutdown lets queued GPU work finish before it aborts the communicator.
 constexpr std::chrono::seconds kShutdownGrace{10};
 
+// "allreduce of 'a' (+3 more)": which work a stall or error message is about.
+std::string Describe(const Batch& batch) {
+  if (batch.items.empty()) return OpTypeName(batch.op);
+  std::string s =
+      fmt::format("{} of '{}'", OpTypeName(batch.op), batch.items.front().response.name);
+  if (batch.items.size() > 1) s += fmt::format(" (+{} more)", batch.items.size() - 1);
+  return s;
+}
+
 }  // namespace
 
-Status NcclSetState::Create(HostComm* comm, int device, CompleteFn complete,
+Status NcclSetState::Create(HostComm* comm, int device, CompleteFn complete, StallLimits limits,
                             std::unique_ptr<NcclSetState>* out) {
   std::unique_ptr<NcclSetState> st(new NcclSetState());
   st->device_ = device;
   st->complete_ = std::move(complete);
+  st->limits_ = limits;
   // Rank 0's id travels with a flag, so a failure there fails every rank instead of hanging one.
   struct {
     int32_t ok;
@@ -126,7 +136,21 @@ void NcclSetState::PutEvent(cudaEvent_t event) {
   free_events_.push_back(event);
 }
 
+Status NcclSetState::WaitForInputs(const Batch& batch) {
+  for (const auto& item : batch.items) {
+    if (!item.entry || item.entry->ready_event == nullptr) continue;
+    auto* event = static_cast<cudaEvent_t>(const_cast<void*>(item.entry->ready_event));
+    const cudaError_t err = cudaStreamWaitEvent(stream_, event, 0);
+    if (err != cudaSuccess) {
+      return CudaStatus(
+          err, fmt::format("cudaStreamWaitEvent(ready_event of '{}')", item.response.name).c_str());
+    }
+  }
+  return Status::OK();
+}
+
 Status NcclSetState::Finish(Batch& batch, const Status& queued) {
+  const auto queued_at = Clock::now();
   cudaEvent_t event = nullptr;
   HVDC_RETURN_IF_ERROR(GetEvent(&event));
   const cudaError_t rec = cudaEventRecord(event, stream_);
@@ -137,20 +161,34 @@ Status NcclSetState::Finish(Batch& batch, const Status& queued) {
     return queued.ok() ? CudaStatus(rec, "cudaEventRecord") : queued;
   }
   if (!complete_) {
-    Status s = Wait(event);
+    Status s = Wait(event, Describe(batch), queued_at);
     PutEvent(event);
     return queued.ok() ? s : queued;
   }
   Pending p;
   p.event = event;
   p.queued = queued;
+  p.what = Describe(batch);
+  p.queued_at = queued_at;
   p.batch.op = batch.op;
   p.batch.dtype = batch.dtype;
   p.batch.device = batch.device;
-  p.batch.items.resize(batch.items.size());
-  for (size_t i = 0; i < batch.items.size(); ++i) {
-    p.batch.items[i].entry = std::move(batch.items[i].entry);
+  // Consumers with a stream of their own wait on the event there and are released now; the rest
+  // wait for the completion thread.
+  Batch early;
+  for (auto& item : batch.items) {
+    if (!item.entry) continue;
+    auto* consumer = static_cast<cudaStream_t>(item.entry->done_stream);
+    if (queued.ok() && consumer != nullptr &&
+        cudaStreamWaitEvent(consumer, event, 0) == cudaSuccess) {
+      early.items.emplace_back();
+      early.items.back().entry = std::move(item.entry);
+    } else {
+      p.batch.items.emplace_back();
+      p.batch.items.back().entry = std::move(item.entry);
+    }
   }
+  if (!early.items.empty()) complete_(early, Status::OK());
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.push_back(std::move(p));
@@ -168,22 +206,21 @@ void NcclSetState::CompletionLoop() {
     Pending p = std::move(pending_.front());
     pending_.pop_front();
     lock.unlock();
-    Status s = Wait(p.event);
+    Status s = Wait(p.event, p.what, p.queued_at);
     PutEvent(p.event);
     if (!p.queued.ok()) s = p.queued;
-    if (!s.ok())
-      LogError("NCCL {} on device {} failed: {}", OpTypeName(p.batch.op), device_, s.message());
+    if (!s.ok()) LogError("NCCL {} on device {} failed: {}", p.what, device_, s.message());
     complete_(p.batch, s);
     lock.lock();
   }
 }
 
-Status NcclSetState::Wait(cudaEvent_t event) {
-  using Clock = std::chrono::steady_clock;
+Status NcclSetState::Wait(cudaEvent_t event, const std::string& what, Clock::time_point since) {
   // Spin briefly (collectives on small batches finish within microseconds), then back off to
   // short sleeps so a long collective costs no CPU.
   const auto spin_until = Clock::now() + std::chrono::microseconds(50);
   auto nap = std::chrono::microseconds(5);
+  bool warned = false;
   for (int polls = 0;; ++polls) {
     const cudaError_t q = cudaEventQuery(event);
     if (q == cudaSuccess) return broken();
@@ -201,15 +238,33 @@ Status NcclSetState::Wait(cudaEvent_t event) {
         Abort(s);
         return s;
       }
+      const auto now = Clock::now();
+      const double waited = std::chrono::duration<double>(now - since).count();
+      if (!warned && limits_.warn_after_s > 0 && waited > limits_.warn_after_s) {
+        warned = true;
+        LogWarning(
+            "NCCL {} on device {} has not finished after {:.0f} s: a member of the process set "
+            "may have failed before its collective, or be stuck (HOROVOD_STALL_SHUTDOWN_TIME_"
+            "SECONDS aborts it)",
+            what, device_, waited);
+      }
+      if (limits_.abort_after_s > 0 && waited > limits_.abort_after_s) {
+        Status s = Status::Aborted(fmt::format(
+            "NCCL {} on device {} did not finish within HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={} s; "
+            "communicator aborted",
+            what, device_, limits_.abort_after_s));
+        Abort(s);
+        return s;
+      }
       bool late;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        late = stopping_ && Clock::now() > deadline_;
+        late = stopping_ && now > deadline_;
       }
       if (late) {
         Status s = Status::Aborted(fmt::format(
-            "NCCL work on device {} did not finish within {} s of shutdown; communicator aborted",
-            device_, kShutdownGrace.count()));
+            "NCCL {} on device {} did not finish within {} s of shutdown; communicator aborted",
+            what, device_, kShutdownGrace.count()));
         Abort(s);
         return s;
       }

@@ -177,5 +177,75 @@ TEST(BackendAsync, InFlightAtDestructionStillCompleteOnce) {
   for (int c : calls.count) EXPECT_EQ(c, 1);
 }
 
+// Completes its batch from inside Execute (as the NCCL backend does for tensors with a
+// done_stream), then stays in Execute until released.
+class EarlyBackend : public Backend {
+ public:
+  const char* name() const override { return "early-fake"; }
+  bool Accepts(const Batch& batch) const override { return batch.device >= 0; }
+  Status Execute(Batch& batch, ExecutionContext& ctx) override {
+    Batch mine;
+    mine.items.resize(batch.items.size());
+    for (size_t i = 0; i < batch.items.size(); ++i) {
+      mine.items[i].entry = std::move(batch.items[i].entry);
+    }
+    ctx.complete(mine, Status::OK());
+    std::unique_lock<std::mutex> lock(mu);
+    inside = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+    inside = false;
+    left = true;
+    cv.notify_all();
+    return Status::OK();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool inside = false;
+  bool released = false;
+  bool left = false;
+};
+
+// Items completed inside Execute are no longer the executor's: abandoning it while Execute is
+// still running must not complete them (or release their names) again.
+TEST(BackendAsync, CompletedInsideExecuteThenAbandonedCompleteOnce) {
+  Config config;
+  TensorQueue queue;
+  EarlyBackend backend;
+  Calls calls(3);
+  {
+    Executor ex(0, config, nullptr, nullptr, {&backend}, &queue, nullptr, /*threaded=*/true);
+    std::vector<std::shared_ptr<TensorEntry>> group;
+    for (int k = 0; k < 3; ++k) group.push_back(Entry("e" + std::to_string(k), &calls, k));
+    ASSERT_TRUE(queue.Push(group).ok());
+    queue.Drain();
+    std::vector<Batch> batches;
+    batches.push_back(DeviceBatch(group));
+    ex.Submit(std::move(batches));
+    {
+      std::unique_lock<std::mutex> lock(backend.mu);
+      ASSERT_TRUE(
+          backend.cv.wait_for(lock, std::chrono::seconds(30), [&] { return backend.inside; }));
+    }
+    ASSERT_TRUE(calls.WaitAll(std::chrono::seconds(30)));
+    // Their names are free again: a new tensor takes one, and abandoning must not release it.
+    Calls reused(1);
+    ASSERT_TRUE(queue.Push({Entry("e0", &reused, 0)}).ok());
+    ex.Abandon(Status::Aborted("abandoned by the test"));
+    Calls third(1);
+    EXPECT_FALSE(queue.Push({Entry("e0", &third, 0)}).ok())
+        << "Abandon() released the name of an item completed before it";
+    {
+      std::unique_lock<std::mutex> lock(backend.mu);
+      backend.released = true;
+      backend.cv.notify_all();
+      // The detached thread still runs Execute: wait until it has left `backend`.
+      ASSERT_TRUE(
+          backend.cv.wait_for(lock, std::chrono::seconds(30), [&] { return backend.left; }));
+    }
+  }
+  for (int c : calls.count) EXPECT_EQ(c, 1);
+}
+
 }  // namespace
 }  // namespace hvdc

@@ -14,29 +14,10 @@
 #include "core/types.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/batched_copy.h"
+#include "tests/cpp/cuda_test_util.h"
 
 namespace hvdc {
 namespace {
-
-std::string NoGpuReason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-  if (n == 0) return "no CUDA device";
-  return "";
-}
-
-#define SKIP_WITHOUT_GPU()                         \
-  do {                                             \
-    const std::string reason_ = NoGpuReason();     \
-    if (!reason_.empty()) GTEST_SKIP() << reason_; \
-  } while (0)
-
-#define ASSERT_CUDA(call)                                                      \
-  do {                                                                         \
-    const cudaError_t err_ = (call);                                           \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
-  } while (0)
 
 template <typename T>
 cudaError_t DeviceAlloc(T** p, size_t bytes) {

@@ -286,6 +286,27 @@ TEST(SingleRank, BarrierAndJoin) {
   ExpectAllreduceWorks("after_join");
 }
 
+// ready_event/done_stream order CUDA streams; on a host tensor they are a caller's mistake.
+TEST(SingleRank, CudaStreamFieldsRejectedForHostTensors) {
+  EnsureUp();
+  Buffer buf(HVDC_FLOAT32, 4);
+  int dummy = 0;
+  for (int field = 0; field < 2; ++field) {
+    const std::string name = TestName(field == 0 ? "ready_event_on_host" : "done_stream_on_host");
+    hvdc_request req = NewRequest(HVDC_OP_ALLREDUCE, name.c_str());
+    req.input = TensorOf(buf, {4});
+    req.output = req.input;
+    req.reduce_op = HVDC_SUM;
+    if (field == 0) req.ready_event = &dummy;
+    if (field == 1) req.done_stream = &dummy;
+    const Result r = RunSync(req);
+    EXPECT_TRUE(r.from_enqueue) << r;
+    EXPECT_EQ(r.code, HVDC_INVALID_ARGUMENT) << r;
+    EXPECT_NE(r.message.find("CUDA tensors"), std::string::npos) << r;
+  }
+  ExpectAllreduceWorks("after_stream_fields");
+}
+
 TEST(SingleRank, ManyInFlight) {
   EnsureUp();
   Batch batch;

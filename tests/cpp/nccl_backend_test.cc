@@ -20,121 +20,12 @@
 #include "core/batch.h"
 #include "core/c_api.h"
 #include "ops/cpu/kernels.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/nccl_test_util.h"
 
 namespace hvdc_test {
 namespace {
 
-std::string NoGpuReason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-  if (n == 0) return "no CUDA device";
-  return "";
-}
-
-#define SKIP_WITHOUT_GPU()                         \
-  do {                                             \
-    const std::string reason_ = NoGpuReason();     \
-    if (!reason_.empty()) GTEST_SKIP() << reason_; \
-  } while (0)
-
-#define ASSERT_CUDA(call)                                                      \
-  do {                                                                         \
-    const cudaError_t err_ = (call);                                           \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
-  } while (0)
-
-void EnsureUp() {
-  if (hvdc_is_initialized() != 1) {
-    ASSERT_EQ(hvdc_init(nullptr), HVDC_OK) << hvdc_last_error();
-  }
-}
-
-class ShutdownAtExit : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (hvdc_is_initialized() == 1) {
-      EXPECT_EQ(hvdc_shutdown(), HVDC_OK) << hvdc_last_error();
-    }
-  }
-};
 const auto* const kShutdown = ::testing::AddGlobalTestEnvironment(new ShutdownAtExit);
-
-hvdc::DataType Dt(int dtype) { return static_cast<hvdc::DataType>(dtype); }
-
-// Host bytes of n elements: small values of both signs (fractions for floating point).
-std::vector<uint8_t> Values(int dtype, int64_t n, int salt) {
-  Buffer b(dtype, n, [&](int64_t i) {
-    double v = static_cast<double>((i * 7 + salt) % 23) - 11;
-    if (IsFloat(dtype)) v += 0.25;
-    if (!IsSigned(dtype) && !IsFloat(dtype)) v = v < 0 ? -v : v;
-    return v;
-  });
-  const auto* p = static_cast<const uint8_t*>(b.data());
-  return std::vector<uint8_t>(p, p + n * static_cast<int64_t>(DtypeSize(dtype)));
-}
-
-// A device buffer that frees itself.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    EXPECT_EQ(cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes), cudaSuccess);
-  }
-  explicit DeviceBuffer(const std::vector<uint8_t>& host) : DeviceBuffer(host.size()) {
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return ptr_; }
-  std::vector<uint8_t> Read() const {
-    std::vector<uint8_t> out(bytes_);
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// An output the runtime allocates (allgather, alltoall, reducescatter) in device memory.
-struct DeviceOutput {
-  int dtype = HVDC_FLOAT32;
-  std::vector<int64_t> dims;
-  std::unique_ptr<DeviceBuffer> buf;
-  static void* Allocate(void* user, int32_t ndim, const int64_t* dims) {
-    auto* o = static_cast<DeviceOutput*>(user);
-    o->dims.assign(dims, dims + ndim);
-    o->buf = std::make_unique<DeviceBuffer>(static_cast<size_t>(NumElements(o->dims)) *
-                                            DtypeSize(o->dtype));
-    return o->buf->get();
-  }
-};
-
-hvdc_tensor DeviceTensor(int dtype, const std::vector<int64_t>& dims, void* data) {
-  hvdc_tensor t = MakeTensor(dtype, dims, data);
-  t.device = 0;
-  return t;
-}
-
-hvdc_request Request(int op, const char* name, const hvdc_tensor& in) {
-  hvdc_request r;
-  std::memset(&r, 0, sizeof r);
-  r.op = op;
-  r.name = name;
-  r.input = in;
-  return r;
-}
-
-std::vector<uint8_t> Scaled(const std::vector<uint8_t>& in, int dtype, double pre, double post) {
-  std::vector<uint8_t> out(in.size());
-  const int64_t n = static_cast<int64_t>(in.size() / DtypeSize(dtype));
-  hvdc::cpu::ScaleCopy(out.data(), in.data(), n, Dt(dtype), pre);
-  hvdc::cpu::ScaleCopy(out.data(), out.data(), n, Dt(dtype), post);
-  return out;
-}
 
 const int kNcclTypes[] = {HVDC_FLOAT16, HVDC_BFLOAT16, HVDC_FLOAT32, HVDC_FLOAT64,
                           HVDC_INT32,   HVDC_INT64,    HVDC_UINT8,   HVDC_INT8};
