@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,18 @@ struct GatedAllreduce {
   }
 };
 
+// Holds the producer's stream behind `gate`, writes the tensors' inputs behind it, and records
+// the producer's event after them.
+void ProduceBehindGate(StreamGate& gate, const StreamAndEvent& producer,
+                       std::initializer_list<const GatedAllreduce*> tensors) {
+  ASSERT_CUDA(gate.Hold(producer.stream));
+  for (const GatedAllreduce* t : tensors) {
+    ASSERT_CUDA(cudaMemcpyAsync(t->input.get(), t->source.get(), t->fresh.size(),
+                                cudaMemcpyHostToDevice, producer.stream));
+  }
+  ASSERT_CUDA(cudaEventRecord(producer.event, producer.stream));
+}
+
 TEST(NcclStream, ReadyEventOrdersTheInput) {
   SKIP_WITHOUT_GPU();
   EnsureUp();
@@ -99,10 +112,7 @@ TEST(NcclStream, ReadyEventOrdersTheInput) {
     GatedAllreduce t(count, "stream.ready");
     StreamAndEvent producer;
     StreamGate gate;
-    ASSERT_CUDA(gate.Hold(producer.stream));
-    ASSERT_CUDA(cudaMemcpyAsync(t.input.get(), t.source.get(), t.fresh.size(),
-                                cudaMemcpyHostToDevice, producer.stream));
-    ASSERT_CUDA(cudaEventRecord(producer.event, producer.stream));
+    ASSERT_NO_FATAL_FAILURE(ProduceBehindGate(gate, producer, {&t}));
     const hvdc_request r = t.Make(producer.event, nullptr);
     Pending pending = Enqueue(r);
     // Without a done_stream the callback means "finished on the GPU": not before the gate opens.
@@ -127,10 +137,7 @@ TEST(NcclStream, DoneStreamReleasesTheCallerBeforeTheGpuFinishes) {
     StreamAndEvent producer;
     StreamAndEvent consumer;
     StreamGate gate;
-    ASSERT_CUDA(gate.Hold(producer.stream));
-    ASSERT_CUDA(cudaMemcpyAsync(t.input.get(), t.source.get(), t.fresh.size(),
-                                cudaMemcpyHostToDevice, producer.stream));
-    ASSERT_CUDA(cudaEventRecord(producer.event, producer.stream));
+    ASSERT_NO_FATAL_FAILURE(ProduceBehindGate(gate, producer, {&t}));
     const hvdc_request r = t.Make(producer.event, consumer.stream);
     Pending pending = Enqueue(r);
     // The callback comes once the work is queued, although the GPU cannot have run it yet.
@@ -162,12 +169,7 @@ TEST(NcclStream, GroupWithAndWithoutDoneStream) {
   StreamAndEvent producer;
   StreamAndEvent consumer;
   StreamGate gate;
-  ASSERT_CUDA(gate.Hold(producer.stream));
-  for (GatedAllreduce* t : {&a, &b}) {
-    ASSERT_CUDA(cudaMemcpyAsync(t->input.get(), t->source.get(), t->fresh.size(),
-                                cudaMemcpyHostToDevice, producer.stream));
-  }
-  ASSERT_CUDA(cudaEventRecord(producer.event, producer.stream));
+  ASSERT_NO_FATAL_FAILURE(ProduceBehindGate(gate, producer, {&a, &b}));
   const hvdc_request reqs[2] = {a.Make(producer.event, consumer.stream),
                                 b.Make(producer.event, nullptr)};
   Pending pending = Enqueue(reqs, 2);
