@@ -36,6 +36,9 @@ def main():
                         help="compress gradients to float16 for the allreduce")
     parser.add_argument("--no-horovod", action="store_true",
                         help="plain tf.GradientTape, no runtime (the baseline of an overhead check)")
+    parser.add_argument("--sync-only", action="store_true",
+                        help="allreduce only the loss (one scalar) per step, not the gradients: "
+                             "what keeping the ranks in step costs, without the gradient traffic")
     parser.add_argument("--short", action="store_true",
                         help="quick run: 32x32 images, batch 4, 1 warmup batch, 3 iterations of 2")
     args = parser.parse_args()
@@ -65,10 +68,12 @@ def main():
     def benchmark_step():
         with tf.GradientTape() as tape:
             loss = loss_fn(target, model(data, training=True))
-        if use_hvd:
+        if use_hvd and not args.sync_only:
             tape = hvd.DistributedGradientTape(tape, compression=compression)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
+        if use_hvd and args.sync_only:
+            loss = hvd.allreduce(loss, name="sync_only_loss")
         return loss
 
     # First step, then broadcast rank 0's model and optimizer state to every rank (after the

@@ -85,8 +85,9 @@ def test_tf1_monitored_session(tmp_path):
     assert list(checkpoints.glob("model.ckpt-200.*")), sorted(os.listdir(checkpoints))
 
 
-def test_resnet50_synthetic(tmp_path):
-    out = _run_example(tmp_path, "resnet50_synthetic.py", "--short")
+@pytest.mark.parametrize("extra", [[], ["--sync-only"]], ids=["gradients", "sync_only"])
+def test_resnet50_synthetic(tmp_path, extra):
+    out = _run_example(tmp_path, "resnet50_synthetic.py", "--short", *extra)
     iters = [float(x) for x in re.findall(r"Iter #\d+: ([\d.]+) img/sec per rank", out)]
     assert len(iters) == 3 and all(x > 0 for x in iters), out[-8000:]
     assert _number(r"Img/sec per rank: ([\d.]+) \+-[\d.]+", out) > 0, out[-8000:]
