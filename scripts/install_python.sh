@@ -33,7 +33,8 @@ pip_install() { "$VPY" -m pip install --disable-pip-version-check -q "${FIND_LIN
 if ! "$VPY" - <<'PY' 2>/dev/null
 import importlib.metadata as md, sys
 need = {"tensorflow-cpu": "2.21.", "tf-keras": "2.21.", "numpy": "", "pytest": "",
-        "pytest-timeout": "", "cloudpickle": "", "psutil": "", "setuptools": "", "wheel": ""}
+        "pytest-timeout": "", "cloudpickle": "", "psutil": "", "mpi4py": "", "setuptools": "",
+        "wheel": ""}
 for pkg, prefix in need.items():
     if not md.version(pkg).startswith(prefix):
         sys.exit(1)
@@ -42,7 +43,7 @@ then
   echo "install_python: installing dependencies"
   pip_install --upgrade pip setuptools wheel
   pip_install "tensorflow-cpu==2.21.*" "tf_keras==2.21.*" numpy pytest pytest-timeout \
-    cloudpickle psutil
+    cloudpickle psutil mpi4py
 fi
 
 if [[ $DEPS_ONLY == 1 ]]; then

@@ -62,6 +62,7 @@ class HorovodBasics:
                     raise ValueError("Passing an mpi4py communicator to init() needs an MPI "
                                      "build of horovod_compat.")
                 comm_addr = _mpi_comm_address(comm)
+        _ps._base_comm = comm if comm_addr else None
         set_ranks = _ps._init_time_rank_lists(process_sets)
         if _core.init(ranks, comm_addr, set_ranks) != _core.OK:
             raise ValueError(f"Horovod initialization failed: {_core.last_error()}")

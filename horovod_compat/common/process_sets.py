@@ -74,12 +74,39 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
+# The communicator Horovod's ranks are numbered in when init() was given an mpi4py one.
+_base_comm: Any = None
+
+
 def _comm_world_ranks(comm: Any) -> List[int]:
-    """World ranks of an mpi4py communicator's members, in the communicator's order."""
+    """Ranks of an mpi4py communicator's members, numbered as Horovod numbers them (in init()'s
+    communicator, else MPI_COMM_WORLD), sorted.
+
+    Collective over that communicator: members pass their communicator, other ranks
+    MPI.COMM_NULL, and every rank gets the same list. Members that disagree (each rank passing a
+    different split, say) raise ValueError on every rank.
+    """
     from mpi4py import MPI
-    group = comm.Get_group()
-    world = MPI.COMM_WORLD.Get_group()
-    return sorted(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world))
+    base = _base_comm if _base_comm is not None else MPI.COMM_WORLD
+    mine = None
+    if comm != MPI.COMM_NULL:
+        group = comm.Get_group()
+        translated = MPI.Group.Translate_ranks(group, list(range(group.Get_size())),
+                                               base.Get_group())
+        if MPI.UNDEFINED in translated:
+            mine = "outside"
+        else:
+            mine = sorted(int(r) for r in translated)
+    views = base.allgather(mine)
+    if "outside" in views:
+        raise ValueError("A process set's MPI communicator has members outside the "
+                         "communicator Horovod runs on.")
+    lists = {tuple(v) for v in views if v is not None}
+    if len(lists) != 1:
+        raise ValueError("A process set built from an MPI communicator must be the same set "
+                         "on every rank (members pass the communicator, the other ranks "
+                         f"MPI.COMM_NULL); the ranks passed {sorted(lists)}.")
+    return list(lists.pop())
 
 
 def _ranks_of(process_set: ProcessSet) -> List[int]:
