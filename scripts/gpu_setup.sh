@@ -12,6 +12,7 @@
 #     scripts/gpu_setup.sh test      # the GPU suites (ctest -L gpu) and the no-MPI C++ suites
 #     scripts/gpu_setup.sh bench     # bench/gpu_bench; JSON to $OUT (or build-gpu/) when set
 #     scripts/gpu_setup.sh all       # build + test + bench
+#     scripts/gpu_setup.sh sanitize  # (build if needed +) the GPU suites under compute-sanitizer
 #
 # Environment: NCCL_ROOT (a folder with include/nccl.h and lib/libnccl.so*; default: the wheel's),
 # CUDA_ARCHS (default 90), JOBS (default: nproc).
@@ -113,6 +114,34 @@ run_tests() {
   ctest --test-dir "$build" -LE gpu --output-on-failure --timeout 300 -j "${JOBS:-$(nproc)}"
 }
 
+# The kernels and the stream/event ordering under compute-sanitizer: memcheck, racecheck,
+# synccheck and initcheck on the pack/unpack suite; memcheck on the stream suite and on the
+# collectives (a subset: the every-dtype sweep is too slow under the tool). Builds first if needed.
+run_sanitizer() {
+  [ -x "$build/tests/cpp/cuda_pack_test" ] || configure_and_build
+  local cs tests=$build/tests/cpp log=$build/sanitizer.log failed=0
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$cs" ] || die "compute-sanitizer not found"
+  : >"$log"
+  sanitize() {
+    echo "== compute-sanitizer $*" | tee -a "$log"
+    "$cs" --error-exitcode 99 "$@" >>"$log" 2>&1 || { echo "   FAILED ($?)"; return 1; }
+    tail -3 "$log"
+  }
+  for tool in memcheck racecheck synccheck initcheck; do
+    sanitize --tool "$tool" "$tests/cuda_pack_test" || failed=1
+  done
+  sanitize --tool memcheck "$tests/nccl_stream_test" || failed=1
+  sanitize --tool memcheck "$tests/nccl_backend_test" \
+    --gtest_filter='NcclDevice.AllreduceInPlace:NcclDevice.Allgather:NcclDevice.Broadcast:NcclDevice.AlltoallWithSplits:NcclDevice.ReducescatterScaled' ||
+    failed=1
+  if grep -q "no usable CUDA device\|no CUDA device" "$log"; then
+    die "sanitizer runs skipped: no GPU visible to CUDA (see $log)"
+  fi
+  [ "$failed" = 0 ] || die "compute-sanitizer reported errors (see $log)"
+  echo "gpu_setup: compute-sanitizer clean"
+}
+
 run_bench() {
   [ -x "$build/bench/gpu_bench" ] || die "no $build/bench/gpu_bench: run 'build' first"
   local out=${OUT:-$build}
@@ -125,10 +154,11 @@ case "${1:-}" in
   build) configure_and_build ;;
   test) run_tests ;;
   bench) run_bench ;;
+  sanitize) run_sanitizer ;;
   all)
     configure_and_build
     run_tests
     run_bench
     ;;
-  *) die "usage: scripts/gpu_setup.sh vendor|build|test|bench|all" ;;
+  *) die "usage: scripts/gpu_setup.sh vendor|build|test|bench|sanitize|all" ;;
 esac
