@@ -38,6 +38,7 @@ KEY_CHECKS = {
     "broadcast_callback[legacy]",
     "warmup[new]",
     "metric_average",
+    "sync_batch_norm",
     "schedule_momentum_correction",
     "load_model[new,h5]",
     "load_model[new,keras]",

@@ -361,6 +361,70 @@ def check_value_helpers():
     check("value_helpers")
 
 
+def check_sync_batch_norm():
+    """hvd.SyncBatchNormalization is a tf_keras layer here, and in training mode matches a plain
+    tf_keras BatchNormalization run on the batch gathered from every rank (rank q holds 2 + q
+    rows: sizes differ on purpose), with and without a mask, eager and in a tf.function."""
+    assert hvdk.SyncBatchNormalization is hvd.SyncBatchNormalization
+    assert hk.SyncBatchNormalization is hvd.SyncBatchNormalization
+    assert isinstance(hvd.SyncBatchNormalization(), K.layers.BatchNormalization)
+    assert hvd.SyncBatchNormalization().name.startswith("sync_batch_normalization")
+    for fused in (True, None):
+        try:
+            hvd.SyncBatchNormalization(fused=fused)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"fused={fused} accepted")
+    size, rank = hvd.size(), hvd.rank()
+    rng = np.random.RandomState(77)
+    batches = [rng.randn(2 + q, 3, 4).astype(np.float32) * (q + 1) + q for q in range(size)]
+    ups = [rng.randn(*b.shape).astype(np.float32) for b in batches]
+    masks = []
+    for q, b in enumerate(batches):
+        m = np.ones(b.shape[:2], bool)
+        m[0, q % 3] = False
+        masks.append(m)
+    own = slice(sum(2 + q for q in range(rank)), sum(2 + q for q in range(rank + 1)))
+
+    def run(layer, x, up, mask, compiled):
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=True, mask=None if mask is None else tf.constant(mask))
+                loss = tf.reduce_sum(y * up)
+            return (y,) + tuple(tape.gradient(loss, [x, layer.gamma, layer.beta]))
+        if compiled:
+            step = tf.function(step)
+        return [t.numpy() for t in step(tf.constant(x))]
+
+    for compiled, masked in ((False, False), (True, False), (False, True)):
+        sync = hvd.SyncBatchNormalization(momentum=0.5, epsilon=1e-3)
+        plain = K.layers.BatchNormalization(momentum=0.5, epsilon=1e-3)
+        # The reference batch is the concatenation of every rank's batch (gathered, as a check
+        # of what each rank holds, and compared with the local recomputation).
+        global_x = hvd.allgather(tf.constant(batches[rank]), name=f"tfk_sbn_x_{compiled}_{masked}")
+        np.testing.assert_array_equal(global_x.numpy(), np.concatenate(batches))
+        global_up = np.concatenate(ups)
+        global_mask = np.concatenate(masks) if masked else None
+        mine_mask = masks[rank] if masked else None
+        for _ in range(2):  # the moving statistics compound
+            y, gx, g_gamma, g_beta = run(sync, batches[rank], ups[rank], mine_mask, compiled)
+            ry, rgx, rg_gamma, rg_beta = run(plain, global_x.numpy(), global_up, global_mask,
+                                             compiled)
+        np.testing.assert_allclose(y, ry[own], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(gx, rgx[own], rtol=1e-3, atol=1e-4)
+        for got, want, what in ((g_gamma, rg_gamma, "gamma"), (g_beta, rg_beta, "beta")):
+            total = hvd.allreduce(tf.constant(got), op=hvd.Sum,
+                                  name=f"tfk_sbn_g_{what}_{compiled}_{masked}").numpy()
+            np.testing.assert_allclose(total, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(sync.moving_mean.numpy(), plain.moving_mean.numpy(),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(sync.moving_variance.numpy(), plain.moving_variance.numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    check("sync_batch_norm")
+
+
 def main():
     outdir = sys.argv[1]
     hvd.init()
@@ -383,6 +447,7 @@ def main():
     check_load_model(outdir, "legacy", "h5")
     check_best_model_checkpoint(outdir)
     check_partial_distributed_optimizer()
+    check_sync_batch_norm()
     print(f"ALL CHECKS PASSED rank={hvd.rank()}", flush=True)
 
 
