@@ -1,0 +1,96 @@
+// Mesh: the full mesh of TCP connections of one job, on Boost.Asio -- one connection per pair of
+// ranks (the lower rank connects, sends a hello with its rank and the job token; strays are
+// refused), TCP_NODELAY, length-prefixed frames tagged with a channel id.
+//
+// Channels keep unrelated traffic apart: the transport's own (0), and a control and a data channel
+// per process set. Messages on one (peer, channel) arrive in the order they were sent. Each
+// (peer, channel) is used by one thread at a time, but different channels may be used from
+// different threads at once (the control thread and one executor thread per process set).
+//
+// One I/O thread (started by Create) owns the sockets: it reads every peer continuously into
+// per-(peer, channel) queues -- so a send never waits for the receiver's program -- and performs
+// the writes the callers queue. Send blocks until its bytes are handed to the kernel.
+//
+// Failure is per peer: when a connection closes or resets, every waiting or later call involving
+// that peer fails with an UnknownError naming its rank and host (messages that arrived before stay
+// readable). Close() shuts down gracefully: it half-closes every connection and waits (bounded)
+// for the peers to do the same, so no message in flight is lost.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "tcp_controller/tcp_store.h"
+
+namespace hvdc {
+namespace tcp {
+
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  // Static peer list (HVDC_TCP_PEERS): "host:port" of every rank; this rank listens on its own
+  // port on `bind_host` (default: every interface). Mutually exclusive with `store`.
+  std::vector<std::string> peers;
+  // Rendezvous: this rank listens on an ephemeral port of `bind_host` (default: the store's
+  // LocalAddress()), publishes "host:port" as rank_<r> and reads the others'.
+  Store* store = nullptr;
+  std::string bind_host;
+  // Every hello carries it; a connection with another token is refused.
+  uint64_t job_token = 0;
+  // Bounds rendezvous and connection set-up, and Close()'s wait for the peers.
+  std::chrono::milliseconds timeout{30000};
+  // Where the peer list came from, for error messages ("HVDC_TCP_PEERS").
+  std::string source = "HVDC_TCP_PEERS";
+};
+
+// Splits "host:port" (IPv6 hosts in brackets); InvalidArgument naming `what` when malformed.
+Status ParseHostPort(const std::string& entry, const std::string& what, std::string* host,
+                     int* port);
+
+class Mesh {
+ public:
+  // Largest frame accepted; larger messages must be split by the caller (SendLarge does).
+  static constexpr uint64_t kMaxFrameBytes = 64ull << 20;
+
+  static Status Create(const MeshOptions& options, std::shared_ptr<Mesh>* out);
+  ~Mesh();  // Close()
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const;
+  int size() const;
+  // The host each rank was reached at (or, for lower ranks, announced as), for topology and errors.
+  const std::vector<std::string>& hosts() const;
+
+  // Queues one message (at most kMaxFrameBytes) and waits until it is written.
+  Status Send(int peer, uint32_t channel, const void* data, size_t bytes);
+  // Waits for the next message from `peer` on `channel`.
+  Status Recv(int peer, uint32_t channel, std::string* message);
+  // Recv, then checks that the message has exactly `bytes` bytes and copies it to dst.
+  Status RecvInto(int peer, uint32_t channel, void* dst, size_t bytes);
+  // Nonblocking Recv: false when nothing is there yet; true with *message, or with *status set to
+  // the peer's error.
+  bool TryRecv(int peer, uint32_t channel, std::string* message, Status* status);
+  // Any size: split into frames of at most kMaxFrameBytes (both ends must agree on `bytes`).
+  Status SendLarge(int peer, uint32_t channel, const void* data, size_t bytes);
+  Status RecvLarge(int peer, uint32_t channel, void* dst, size_t bytes);
+
+  // OK while the connection to `peer` is healthy, else the error that ended it.
+  Status PeerStatus(int peer);
+
+  // Graceful shutdown (idempotent); later calls fail.
+  void Close();
+
+  class Impl;
+
+ private:
+  explicit Mesh(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tcp
+}  // namespace hvdc

@@ -1,0 +1,314 @@
+// The TCP mesh over loopback: rendezvous (in-memory store, HTTP store, static list), framed
+// messages per (peer, channel), concurrent channels, and the per-peer errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <cstring>
+
+#include "tcp_controller/http_store.h"
+#include "tcp_test_util.h"
+
+namespace hvdc {
+namespace {
+
+using tcp::Mesh;
+using tcp_test::RunRanks;
+
+std::string Payload(int from, int to, uint32_t channel, size_t bytes) {
+  std::string s(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) {
+    s[i] = static_cast<char>((from * 31 + to * 7 + channel * 3 + i * 13) & 0xff);
+  }
+  return s;
+}
+
+// Every rank sends to every other on two channels, messages of several sizes; each receiver checks
+// order and content.
+void ExchangeAll(std::vector<std::shared_ptr<Mesh>>& meshes) {
+  const int n = static_cast<int>(meshes.size());
+  const std::vector<size_t> sizes = {0, 1, 7, 4096, 1 << 20};
+  RunRanks(n, [&](int r) {
+    Mesh& m = *meshes[r];
+    for (uint32_t ch : {1u, 2u}) {
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        for (size_t b : sizes) {
+          const std::string p = Payload(r, q, ch, b);
+          ASSERT_TRUE(m.Send(q, ch, p.data(), p.size()).ok());
+        }
+      }
+    }
+    // Receive channel 2 first: the channels are independent queues.
+    for (uint32_t ch : {2u, 1u}) {
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        for (size_t b : sizes) {
+          std::string got;
+          Status s = m.Recv(q, ch, &got);
+          ASSERT_TRUE(s.ok()) << s.ToString();
+          EXPECT_EQ(got, Payload(q, r, ch, b)) << "rank " << r << " from " << q << " ch " << ch;
+        }
+      }
+    }
+  });
+}
+
+TEST(TcpMesh, StoreRendezvousExchange) {
+  for (int n : {1, 2, 3, 4}) {
+    auto meshes = tcp_test::MakeMeshes(n);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(meshes[r]) << "rank " << r;
+      EXPECT_EQ(meshes[r]->rank(), r);
+      EXPECT_EQ(meshes[r]->size(), n);
+      EXPECT_EQ(meshes[r]->hosts().size(), static_cast<size_t>(n));
+    }
+    ExchangeAll(meshes);
+  }
+}
+
+TEST(TcpMesh, StaticPeerList) {
+  const int n = 3;
+  const auto peers = tcp_test::FreeLoopbackPeers(n);
+  std::vector<std::shared_ptr<Mesh>> meshes(n);
+  RunRanks(n, [&](int r) {
+    tcp::MeshOptions o;
+    o.rank = r;
+    o.size = n;
+    o.peers = peers;
+    o.timeout = std::chrono::seconds(60);
+    Status s = Mesh::Create(o, &meshes[r]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(meshes[r]->hosts()[(r + 1) % n], "127.0.0.1");
+  });
+  ExchangeAll(meshes);
+}
+
+TEST(TcpMesh, LargeMessagesAreSplit) {
+  auto meshes = tcp_test::MakeMeshes(2);
+  const size_t bytes = Mesh::kMaxFrameBytes + 12345;
+  RunRanks(2, [&](int r) {
+    if (r == 0) {
+      const std::string p = Payload(0, 1, 5, bytes);
+      ASSERT_TRUE(meshes[0]->SendLarge(1, 5, p.data(), p.size()).ok());
+    } else {
+      std::string got(bytes, '\0');
+      ASSERT_TRUE(meshes[1]->RecvLarge(0, 5, &got[0], bytes).ok());
+      EXPECT_TRUE(got == Payload(0, 1, 5, bytes));
+    }
+  });
+}
+
+TEST(TcpMesh, ChannelsFromSeveralThreads) {
+  const int n = 3, threads = 4, rounds = 50;
+  auto meshes = tcp_test::MakeMeshes(n);
+  RunRanks(n * threads, [&](int i) {
+    const int r = i / threads;
+    const uint32_t ch = 10 + i % threads;
+    Mesh& m = *meshes[r];
+    for (int k = 0; k < rounds; ++k) {
+      const int to = (r + 1) % n, from = (r + n - 1) % n;
+      const std::string p = Payload(r, to, ch, 100 + k);
+      ASSERT_TRUE(m.Send(to, ch, p.data(), p.size()).ok());
+      std::string got;
+      ASSERT_TRUE(m.Recv(from, ch, &got).ok());
+      EXPECT_EQ(got, Payload(from, r, ch, 100 + k));
+    }
+  });
+}
+
+TEST(TcpMesh, SizeMismatchIsAnError) {
+  auto meshes = tcp_test::MakeMeshes(2);
+  const char data[3] = {1, 2, 3};
+  ASSERT_TRUE(meshes[0]->Send(1, 1, data, 3).ok());
+  char out[4];
+  Status s = meshes[1]->RecvInto(0, 1, out, 4);
+  EXPECT_EQ(s.code(), StatusCode::kPreconditionError);
+  EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
+}
+
+TEST(TcpMesh, PeerClosingFailsWaitersWithItsName) {
+  auto meshes = tcp_test::MakeMeshes(3);
+  // A message that arrived before the close stays readable.
+  const char byte = 42;
+  ASSERT_TRUE(meshes[2]->Send(0, 1, &byte, 1).ok());
+  std::string got;
+  ASSERT_TRUE(meshes[0]->Recv(2, 1, &got).ok());
+  std::thread waiter([&] {
+    std::string never;
+    Status s = meshes[0]->Recv(2, 1, &never);  // rank 2 goes away while we wait
+    EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+    EXPECT_NE(s.message().find("rank 2 (127.0.0.1:"), std::string::npos) << s.message();
+  });
+  meshes[2].reset();  // closes: rank 2's process is gone
+  waiter.join();
+  EXPECT_FALSE(meshes[0]->PeerStatus(2).ok());
+  EXPECT_TRUE(meshes[0]->PeerStatus(1).ok());
+  // Later sends to the dead peer fail the same way; the live peers still work.
+  Status s = meshes[1]->Send(2, 1, &byte, 1);
+  if (s.ok()) s = meshes[1]->Recv(2, 1, &got);
+  EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.message();
+  ASSERT_TRUE(meshes[0]->Send(1, 3, &byte, 1).ok());
+  ASSERT_TRUE(meshes[1]->Recv(0, 3, &got).ok());
+  EXPECT_EQ(got, std::string(1, byte));
+}
+
+TEST(TcpMesh, RendezvousTimeoutNamesMissingRanks) {
+  tcp::InMemoryStore store;
+  const int n = 4;
+  std::vector<Status> status(2);
+  RunRanks(2, [&](int r) {  // ranks 2 and 3 never start
+    std::shared_ptr<Mesh> mesh;
+    status[r] =
+        Mesh::Create(tcp_test::StoreOptions(&store, r, n, std::chrono::milliseconds(300)), &mesh);
+  });
+  for (const Status& s : status) {
+    EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+    EXPECT_NE(s.message().find("ranks [2, 3] to register"), std::string::npos) << s.message();
+  }
+}
+
+TEST(TcpMesh, UnreachablePeerIsNamed) {
+  const auto peers = tcp_test::FreeLoopbackPeers(2);  // nobody listens on rank 1's port
+  tcp::MeshOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.peers = peers;
+  o.timeout = std::chrono::milliseconds(300);
+  std::shared_ptr<Mesh> mesh;
+  Status s = Mesh::Create(o, &mesh);
+  EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+  EXPECT_NE(s.message().find("rank 1 at " + peers[1]), std::string::npos) << s.message();
+}
+
+TEST(TcpMesh, BadPeerEntries) {
+  for (const char* bad : {"nohostport", "host:", ":80", "host:99999", "host:8x", "[::1]80"}) {
+    std::string h;
+    int p = 0;
+    Status s = tcp::ParseHostPort(bad, "HVDC_TCP_PEERS entry 1", &h, &p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("HVDC_TCP_PEERS entry 1"), std::string::npos) << s.message();
+  }
+  std::string h;
+  int p = 0;
+  ASSERT_TRUE(tcp::ParseHostPort("[::1]:80", "x", &h, &p).ok());
+  EXPECT_EQ(h, "::1");
+  EXPECT_EQ(p, 80);
+}
+
+TEST(TcpMesh, WrongJobTokenIsRefused) {
+  tcp::InMemoryStore store;
+  std::vector<Status> status(2);
+  RunRanks(2, [&](int r) {
+    auto o = tcp_test::StoreOptions(&store, r, 2, std::chrono::milliseconds(500));
+    o.job_token = 100 + r;  // two different jobs
+    std::shared_ptr<Mesh> mesh;
+    status[r] = Mesh::Create(o, &mesh);
+  });
+  EXPECT_NE(status[0].message().find("rank 1 at"), std::string::npos) << status[0].message();
+  EXPECT_NE(status[1].message().find("rank 0"), std::string::npos) << status[1].message();
+}
+
+TEST(TcpMesh, OversizedSendIsRefusedAtTheSender) {
+  auto meshes = tcp_test::MakeMeshes(2);
+  std::string big;  // never read: the size check comes first
+  Status s = meshes[0]->Send(1, 1, big.data(), Mesh::kMaxFrameBytes + 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(meshes[0]->PeerStatus(1).ok());
+}
+
+// A minimal HTTP key-value service like the launcher's (one thread, one request per connection).
+class TinyKvServer {
+ public:
+  TinyKvServer()
+      : acceptor_(io_,
+                  boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)) {
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~TinyKvServer() {
+    stop_ = true;
+    boost::system::error_code ec;
+    boost::asio::ip::tcp::socket poke(io_);
+    poke.connect(acceptor_.local_endpoint(), ec);
+    thread_.join();
+  }
+  int port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  void Serve() {
+    std::map<std::string, std::string> kv;
+    while (!stop_) {
+      boost::asio::ip::tcp::socket s(io_);
+      boost::system::error_code ec;
+      acceptor_.accept(s, ec);
+      if (ec || stop_) continue;
+      std::string req;
+      char buf[4096];
+      size_t head_end = std::string::npos;
+      while (head_end == std::string::npos) {
+        size_t n = s.read_some(boost::asio::buffer(buf), ec);
+        if (ec) break;
+        req.append(buf, n);
+        head_end = req.find("\r\n\r\n");
+      }
+      if (head_end == std::string::npos) continue;  // a connection without a request
+      const size_t cl = req.find("Content-Length: ");
+      const size_t len = cl == std::string::npos ? 0 : std::stoul(req.substr(cl + 16));
+      while (req.size() < head_end + 4 + len) {
+        size_t n = s.read_some(boost::asio::buffer(buf), ec);
+        if (ec) break;
+        req.append(buf, n);
+      }
+      const std::string method = req.substr(0, req.find(' '));
+      const size_t p0 = req.find(' ') + 1;
+      const std::string path = req.substr(p0, req.find(' ', p0) - p0);
+      std::string reply;
+      if (method == "PUT") {
+        kv[path] = req.substr(head_end + 4, len);
+        reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+      } else if (kv.count(path)) {
+        reply = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kv[path].size()) +
+                "\r\n\r\n" + kv[path];
+      } else {
+        reply = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+      }
+      boost::asio::write(s, boost::asio::buffer(reply), ec);
+    }
+  }
+
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(TcpMesh, HttpStoreRendezvous) {
+  TinyKvServer server;
+  const int n = 3;
+  std::vector<std::shared_ptr<Mesh>> meshes(n);
+  RunRanks(n, [&](int r) {
+    std::unique_ptr<tcp::HttpStore> store;
+    Status s = tcp::HttpStore::Create("127.0.0.1", server.port(), "global",
+                                      std::chrono::seconds(30), &store);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(store->LocalAddress(), "127.0.0.1");
+    s = Mesh::Create(tcp_test::StoreOptions(store.get(), r, n), &meshes[r]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  });
+  ExchangeAll(meshes);
+}
+
+TEST(TcpMesh, UnreachableRendezvousService) {
+  const auto free = tcp_test::FreeLoopbackPeers(1);
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(tcp::ParseHostPort(free[0], "x", &host, &port).ok());
+  std::unique_ptr<tcp::HttpStore> store;
+  Status s = tcp::HttpStore::Create(host, port, "global", std::chrono::milliseconds(300), &store);
+  EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+  EXPECT_NE(s.message().find("HOROVOD_GLOO_RENDEZVOUS_ADDR"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(free[0]), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace hvdc

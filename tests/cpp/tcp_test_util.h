@@ -1,0 +1,65 @@
+// Helpers for the TCP transport suites: N ranks as threads of this process over loopback, meeting
+// through an in-memory store (ephemeral ports) or a static peer list of free ports.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tcp_controller/tcp_mesh.h"
+#include "tcp_controller/tcp_store.h"
+
+namespace hvdc {
+namespace tcp_test {
+
+// Runs fn(rank) on `size` threads and joins them.
+inline void RunRanks(int size, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+// Free loopback ports (bound, then released: another process could take one in between, which
+// would surface as a clear "cannot listen" error, not a hang).
+inline std::vector<std::string> FreeLoopbackPeers(int size) {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> held;
+  std::vector<std::string> peers;
+  for (int r = 0; r < size; ++r) {
+    held.push_back(std::make_unique<boost::asio::ip::tcp::acceptor>(
+        io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)));
+    peers.push_back("127.0.0.1:" + std::to_string(held.back()->local_endpoint().port()));
+  }
+  return peers;
+}
+
+inline tcp::MeshOptions StoreOptions(tcp::Store* store, int rank, int size,
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  tcp::MeshOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.store = store;
+  o.job_token = 0x1234;
+  o.timeout = timeout;
+  return o;
+}
+
+// Builds one mesh per rank (concurrently) over an in-memory store; fails the test on error.
+inline std::vector<std::shared_ptr<tcp::Mesh>> MakeMeshes(int size) {
+  tcp::InMemoryStore store;
+  std::vector<std::shared_ptr<tcp::Mesh>> meshes(size);
+  RunRanks(size, [&](int r) {
+    Status s = tcp::Mesh::Create(StoreOptions(&store, r, size), &meshes[r]);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+  return meshes;
+}
+
+}  // namespace tcp_test
+}  // namespace hvdc
