@@ -79,6 +79,24 @@ struct Config {
   // transport that comes later (horovodrun --gloo sets them).
   std::string gloo_iface;
   int gloo_timeout_s = 30;
+  // The TCP ("gloo") transport's identity, as horovodrun --gloo sets it (or by hand); -1 or empty
+  // when unset: HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE,
+  // HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE, HOROVOD_HOSTNAME, HOROVOD_GLOO_RENDEZVOUS_ADDR,
+  // HOROVOD_GLOO_RENDEZVOUS_PORT (1..65535). tcp_controller/tcp_transport.h checks them together.
+  struct GlooIdentity {
+    int rank = -1;
+    int size = -1;
+    int local_rank = -1;
+    int local_size = -1;
+    int cross_rank = -1;
+    int cross_size = -1;
+    std::string hostname;
+    std::string rendezvous_addr;
+    int rendezvous_port = -1;
+  } gloo;
+  // HVDC_TCP_PEERS: "host:port,host:port,..." of every rank (index = rank), the static alternative
+  // to a rendezvous service (what the Python shim writes from TF_CONFIG).
+  std::string tcp_peers;
 
   // Ours (no Horovod equivalent):
   // HVDC_CHUNK_BYTES: long CPU reductions are issued in chunks of this many bytes (cache-sized).

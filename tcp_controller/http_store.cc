@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <cstdlib>
+#include <thread>
 
 namespace hvdc {
 namespace tcp {
@@ -59,11 +61,25 @@ Status HttpStore::Create(const std::string& host, int port, const std::string& s
   asio::io_context io;
   tcp::socket socket(io);
   std::string what;
-  if (!Connect(io, socket, host, port, timeout, &what)) {
-    return Status::UnknownError(
-        fmt::format("cannot reach the rendezvous service at {}:{} (HOROVOD_GLOO_RENDEZVOUS_ADDR/"
-                    "HOROVOD_GLOO_RENDEZVOUS_PORT): {} (waited up to {} ms)",
-                    host, port, what, timeout.count()));
+  // The service may come up a little after the workers (jobs started by hand): retry until the
+  // deadline.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int backoff_ms = 10;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() > 0 && Connect(io, socket, host, port, left, &what)) break;
+    if (std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms) >= deadline) {
+      return Status::UnknownError(
+          fmt::format("cannot reach the rendezvous service at {}:{} (HOROVOD_GLOO_RENDEZVOUS_ADDR/"
+                      "HOROVOD_GLOO_RENDEZVOUS_PORT): {} (tried for {} ms, "
+                      "HOROVOD_GLOO_TIMEOUT_SECONDS)",
+                      host, port, what, timeout.count()));
+    }
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, 200);
   }
   boost::system::error_code ec;
   store->local_address_ = socket.local_endpoint(ec).address().to_string();

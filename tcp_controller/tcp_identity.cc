@@ -1,0 +1,182 @@
+#include "tcp_controller/tcp_identity.h"
+
+#include <fmt/format.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <map>
+
+#include "tcp_controller/tcp_mesh.h"
+
+namespace hvdc {
+namespace tcp {
+namespace {
+
+uint64_t Fnv(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = s.find(',', start);
+    std::string item =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    out.push_back(b == std::string::npos ? "" : item.substr(b, e - b + 1));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status InterfaceAddress(const std::string& name, std::string* address) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    return Status::UnknownError("HOROVOD_GLOO_IFACE: cannot list the network interfaces");
+  }
+  std::string v4, v6;
+  std::vector<std::string> names;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    const int family = a->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    names.push_back(a->ifa_name);
+    if (name != a->ifa_name) continue;
+    char host[NI_MAXHOST];
+    const socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(a->ifa_addr, len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) {
+      continue;
+    }
+    std::string h = host;
+    const size_t pct = h.find('%');  // a link-local scope suffix
+    if (family == AF_INET && v4.empty()) v4 = h;
+    if (family == AF_INET6 && v6.empty() && pct == std::string::npos) v6 = h;
+  }
+  freeifaddrs(list);
+  *address = !v4.empty() ? v4 : v6;
+  if (address->empty()) {
+    std::string known;
+    for (const auto& n : names) {
+      if (known.find(n + ",") == std::string::npos) known += n + ",";
+    }
+    if (!known.empty()) known.pop_back();
+    return Status::InvalidArgument(fmt::format(
+        "HOROVOD_GLOO_IFACE='{}': no such network interface with an IP address (this host has: {})",
+        name, known));
+  }
+  return Status::OK();
+}
+
+Status IdentityFromConfig(const Config& c, Identity* out) {
+  Identity id;
+  const auto& g = c.gloo;
+  if (!c.tcp_peers.empty()) {
+    id.peers = SplitCommas(c.tcp_peers);
+    for (size_t i = 0; i < id.peers.size(); ++i) {
+      std::string host;
+      int port = 0;
+      HVDC_RETURN_IF_ERROR(
+          ParseHostPort(id.peers[i], fmt::format("HVDC_TCP_PEERS entry {}", i), &host, &port));
+      if (port == 0) {
+        return Status::InvalidArgument(
+            fmt::format("HVDC_TCP_PEERS entry {} ('{}'): every rank needs a fixed port, not 0", i,
+                        id.peers[i]));
+      }
+    }
+    id.size = static_cast<int>(id.peers.size());
+    if (g.rank < 0) {
+      return Status::InvalidArgument(
+          "HVDC_TCP_PEERS is set but HOROVOD_RANK is not: every process needs its rank (its "
+          "index in the list)");
+    }
+    if (g.size >= 0 && g.size != id.size) {
+      return Status::InvalidArgument(
+          fmt::format("HOROVOD_SIZE={} but HVDC_TCP_PEERS lists {} ranks", g.size, id.size));
+    }
+    id.job_token = Fnv("peers:" + c.tcp_peers);
+  } else if (!g.rendezvous_addr.empty()) {
+    if (g.rendezvous_port < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "HOROVOD_GLOO_RENDEZVOUS_ADDR={} is set but HOROVOD_GLOO_RENDEZVOUS_PORT is not",
+          g.rendezvous_addr));
+    }
+    if (g.rank < 0 || g.size < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "HOROVOD_GLOO_RENDEZVOUS_ADDR is set but {} not: horovodrun --gloo sets both",
+          g.rank < 0 && g.size < 0 ? "HOROVOD_RANK and HOROVOD_SIZE are"
+                                   : (g.rank < 0 ? "HOROVOD_RANK is" : "HOROVOD_SIZE is")));
+    }
+    id.size = g.size;
+    id.rendezvous_host = g.rendezvous_addr;
+    id.rendezvous_port = g.rendezvous_port;
+    id.job_token =
+        Fnv(fmt::format("rendezvous:{}:{}:{}", g.rendezvous_addr, g.rendezvous_port, g.size));
+  } else {
+    return Status::InvalidArgument(
+        "the TCP (gloo) transport needs either HVDC_TCP_PEERS (with HOROVOD_RANK) or "
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT (with HOROVOD_RANK and HOROVOD_SIZE)");
+  }
+  id.rank = g.rank;
+  if (id.rank >= id.size) {
+    return Status::InvalidArgument(
+        fmt::format("HOROVOD_RANK={} is not below the world size {}{}", id.rank, id.size,
+                    id.peers.empty() ? " (HOROVOD_SIZE)" : " (entries of HVDC_TCP_PEERS)"));
+  }
+  if (!c.gloo_iface.empty()) HVDC_RETURN_IF_ERROR(InterfaceAddress(c.gloo_iface, &id.bind_host));
+  *out = std::move(id);
+  return Status::OK();
+}
+
+Status BuildTopology(int rank, int size, const std::vector<std::string>& hosts, const Config& c,
+                     Topology* out) {
+  Topology t;
+  t.rank = rank;
+  t.size = size;
+  // Derived: local = ranks on my host (in rank order); cross = ranks with my local rank.
+  std::vector<int> local_rank(size, 0);
+  std::map<std::string, int> per_host;
+  for (int r = 0; r < size; ++r) {
+    const std::string& h = r < static_cast<int>(hosts.size()) ? hosts[r] : std::string();
+    local_rank[r] = per_host[h]++;
+  }
+  const std::string mine = rank < static_cast<int>(hosts.size()) ? hosts[rank] : std::string();
+  t.local_rank = local_rank[rank];
+  t.local_size = per_host[mine];
+  t.cross_rank = 0;
+  t.cross_size = 0;
+  for (int r = 0; r < size; ++r) {
+    if (local_rank[r] != t.local_rank) continue;
+    if (r < rank) ++t.cross_rank;
+    ++t.cross_size;
+  }
+  t.homogeneous = true;
+  for (const auto& kv : per_host) t.homogeneous = t.homogeneous && kv.second == t.local_size;
+  const auto& g = c.gloo;
+  if (g.local_rank >= 0) t.local_rank = g.local_rank;
+  if (g.local_size >= 0) t.local_size = g.local_size;
+  if (g.cross_rank >= 0) t.cross_rank = g.cross_rank;
+  if (g.cross_size >= 0) t.cross_size = g.cross_size;
+  if (t.local_rank >= t.local_size || t.cross_rank >= t.cross_size || t.local_size > size ||
+      t.cross_size > size) {
+    return Status::InvalidArgument(fmt::format(
+        "inconsistent topology for rank {} of {}: local rank {} of {} (HOROVOD_LOCAL_RANK/_SIZE), "
+        "cross rank {} of {} (HOROVOD_CROSS_RANK/_SIZE)",
+        rank, size, t.local_rank, t.local_size, t.cross_rank, t.cross_size));
+  }
+  *out = t;
+  return Status::OK();
+}
+
+}  // namespace tcp
+}  // namespace hvdc

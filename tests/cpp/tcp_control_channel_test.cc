@@ -1,0 +1,255 @@
+// The TCP transport over loopback, ranks as threads: process sets (channels that talk only among
+// the members), the control channel's BitAnd/Gather/Broadcast, CheckAgreement, the identity
+// variables and the topology derived from hosts.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tcp_controller/tcp_identity.h"
+#include "tcp_controller/tcp_transport.h"
+#include "tcp_test_util.h"
+
+namespace hvdc {
+namespace {
+
+using tcp_test::RunRanks;
+
+// Drives a PendingOp to completion (the control thread's loop, without its deadline).
+Status Wait(std::unique_ptr<PendingOp> op) {
+  Status s;
+  while (!op->Test(&s)) std::this_thread::yield();
+  return s;
+}
+
+std::vector<std::unique_ptr<Transport>> MakeTransports(int n) {
+  auto meshes = tcp_test::MakeMeshes(n);
+  std::vector<std::unique_ptr<Transport>> out(n);
+  for (int r = 0; r < n; ++r) {
+    Status s = MakeTcpTransportOverMesh(meshes[r], Config(), &out[r]);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  return out;
+}
+
+uint64_t Bits(int rank, size_t w) { return ~(uint64_t{1} << ((rank * 7 + w * 3) % 64)); }
+
+void CheckControl(ControlChannel& ch, const std::vector<int>& members) {
+  const int n = static_cast<int>(members.size()), r = ch.rank();
+  ASSERT_EQ(ch.size(), n);
+  // BitAnd
+  std::vector<uint64_t> bits(5);
+  for (size_t w = 0; w < bits.size(); ++w) bits[w] = Bits(members[r], w);
+  ASSERT_TRUE(Wait(ch.StartBitAnd(&bits)).ok());
+  for (size_t w = 0; w < bits.size(); ++w) {
+    uint64_t expected = ~uint64_t{0};
+    for (int m : members) expected &= Bits(m, w);
+    EXPECT_EQ(bits[w], expected);
+  }
+  // Gather at 0
+  std::vector<std::string> gathered;
+  const std::string mine(static_cast<size_t>(members[r] * 3), static_cast<char>('a' + members[r]));
+  ASSERT_TRUE(Wait(ch.StartGather(mine, &gathered)).ok());
+  if (r == 0) {
+    ASSERT_EQ(gathered.size(), static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      EXPECT_EQ(gathered[q], std::string(static_cast<size_t>(members[q] * 3),
+                                         static_cast<char>('a' + members[q])));
+    }
+  } else {
+    EXPECT_TRUE(gathered.empty());
+  }
+  // Broadcast from 0
+  std::string blob = r == 0 ? std::string(1000, 'z') + std::to_string(members[0]) : "junk";
+  ASSERT_TRUE(Wait(ch.StartBroadcast(&blob)).ok());
+  EXPECT_EQ(blob, std::string(1000, 'z') + std::to_string(members[0]));
+}
+
+TEST(TcpTransport, ProcessSetsTalkOnlyAmongMembers) {
+  const int n = 4;
+  auto transports = MakeTransports(n);
+  const std::vector<int> all = {0, 1, 2, 3}, odd = {1, 3};
+  RunRanks(n, [&](int r) {
+    Transport& t = *transports[r];
+    EXPECT_STREQ(t.name(), "gloo");
+    EXPECT_FALSE(t.is_mpi());
+    EXPECT_TRUE(t.threads_supported());
+    EXPECT_EQ(t.topology().rank, r);
+    EXPECT_EQ(t.topology().size, n);
+    EXPECT_EQ(t.topology().local_rank, r);  // every rank on 127.0.0.1
+    EXPECT_EQ(t.topology().local_size, n);
+    EXPECT_EQ(t.topology().cross_size, 1);
+    ProcessSetChannels global, subset;
+    ASSERT_TRUE(t.CreateProcessSet(all, &global).ok());
+    ASSERT_TRUE(t.CreateProcessSet(odd, &subset).ok());
+    ASSERT_TRUE(global.control && global.data);
+    EXPECT_EQ(subset.control != nullptr, r % 2 == 1);
+    EXPECT_EQ(subset.data != nullptr, r % 2 == 1);
+    // The members of the subset use both sets at once, from two threads (control and executor).
+    std::thread executor;
+    if (subset.data) {
+      executor = std::thread([&] {
+        for (int round = 0; round < 20; ++round) {
+          std::vector<int32_t> v(3001, r + round);
+          ASSERT_TRUE(
+              subset.data->Allreduce(v.data(), v.data(), 3001, DataType::kInt32, ReduceOp::kSum)
+                  .ok());
+          for (int32_t x : v) ASSERT_EQ(x, 1 + 3 + 2 * round);
+        }
+      });
+    }
+    for (int round = 0; round < 5; ++round) CheckControl(*global.control, all);
+    std::vector<float> g(10, static_cast<float>(r));
+    ASSERT_TRUE(
+        global.data->Allreduce(g.data(), g.data(), 10, DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(g[9], 0.0f + 1 + 2 + 3);
+    if (executor.joinable()) executor.join();
+    if (subset.control) CheckControl(*subset.control, odd);
+    // A third set after the subset: every rank counted the subset, members or not.
+    ProcessSetChannels pair;
+    ASSERT_TRUE(t.CreateProcessSet({0, 2}, &pair).ok());
+    if (pair.data) {
+      int64_t v = r * 10;
+      ASSERT_TRUE(pair.data->Allreduce(&v, &v, 1, DataType::kInt64, ReduceOp::kMax).ok());
+      EXPECT_EQ(v, 20);
+    }
+    t.Finalize();
+  });
+}
+
+TEST(TcpTransport, CheckAgreementAndMismatchedSets) {
+  const int n = 3;
+  auto transports = MakeTransports(n);
+  RunRanks(n, [&](int r) {
+    Transport& t = *transports[r];
+    bool equal = false;
+    ASSERT_TRUE(t.CheckAgreement(42, &equal).ok());
+    EXPECT_TRUE(equal);
+    ASSERT_TRUE(t.CheckAgreement(r == 1 ? 7 : 42, &equal).ok());
+    EXPECT_FALSE(equal);
+    ProcessSetChannels ch;
+    Status s = t.CreateProcessSet(r == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 2}, &ch);
+    EXPECT_EQ(s.code(), StatusCode::kPreconditionError) << s.ToString();
+    s = t.CreateProcessSet({2, 1}, &ch);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    // Still usable after the errors.
+    ASSERT_TRUE(t.CreateProcessSet({0, 1, 2}, &ch).ok());
+    ASSERT_TRUE(ch.data->Barrier().ok());
+    t.Finalize();
+  });
+}
+
+TEST(TcpTransport, FromConfigWithStaticPeers) {
+  const int n = 3;
+  const auto peers = tcp_test::FreeLoopbackPeers(n);
+  std::string list;
+  for (const auto& p : peers) list += (list.empty() ? "" : ",") + p;
+  std::vector<std::unique_ptr<Transport>> transports(n);
+  RunRanks(n, [&](int r) {
+    Config c;
+    c.tcp_peers = list;
+    c.gloo.rank = r;
+    c.gloo_timeout_s = 60;
+    Status s = MakeTcpTransport(c, &transports[r]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ProcessSetChannels ch;
+    ASSERT_TRUE(transports[r]->CreateProcessSet({0, 1, 2}, &ch).ok());
+    double v = r + 0.5;
+    ASSERT_TRUE(ch.data->Allreduce(&v, &v, 1, DataType::kFloat64, ReduceOp::kSum).ok());
+    EXPECT_EQ(v, 0.5 + 1.5 + 2.5);
+    transports[r]->Finalize();
+  });
+}
+
+Status Identity(const Config& c) {
+  tcp::Identity id;
+  return tcp::IdentityFromConfig(c, &id);
+}
+
+TEST(TcpTransport, IdentityErrorsNameTheVariable) {
+  auto expect = [](const Config& c, const char* needle) {
+    Status s = Identity(c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  Config none;
+  expect(none, "HVDC_TCP_PEERS");
+  Config no_rank;
+  no_rank.tcp_peers = "a:1,b:2";
+  expect(no_rank, "HOROVOD_RANK is not");
+  Config too_big = no_rank;
+  too_big.gloo.rank = 2;
+  expect(too_big, "HOROVOD_RANK=2");
+  Config size_mismatch = no_rank;
+  size_mismatch.gloo.rank = 0;
+  size_mismatch.gloo.size = 3;
+  expect(size_mismatch, "HOROVOD_SIZE=3 but HVDC_TCP_PEERS lists 2");
+  Config bad_entry = no_rank;
+  bad_entry.gloo.rank = 0;
+  bad_entry.tcp_peers = "a:1,b";
+  expect(bad_entry, "HVDC_TCP_PEERS entry 1");
+  Config zero_port = bad_entry;
+  zero_port.tcp_peers = "a:1,b:0";
+  expect(zero_port, "fixed port");
+  Config no_port;
+  no_port.gloo.rendezvous_addr = "10.0.0.1";
+  no_port.gloo.rank = 0;
+  no_port.gloo.size = 2;
+  expect(no_port, "HOROVOD_GLOO_RENDEZVOUS_PORT");
+  Config no_size = no_port;
+  no_size.gloo.rendezvous_port = 4000;
+  no_size.gloo.size = -1;
+  expect(no_size, "HOROVOD_SIZE is");
+  Config bad_iface = no_size;
+  bad_iface.gloo.size = 2;
+  bad_iface.gloo_iface = "no-such-interface0";
+  expect(bad_iface, "HOROVOD_GLOO_IFACE='no-such-interface0'");
+  Config lo = bad_iface;
+  lo.gloo_iface = "lo";
+  tcp::Identity id;
+  ASSERT_TRUE(tcp::IdentityFromConfig(lo, &id).ok());
+  EXPECT_EQ(id.bind_host, "127.0.0.1");
+}
+
+TEST(TcpTransport, RendezvousUnreachableFailsInit) {
+  const auto free = tcp_test::FreeLoopbackPeers(1);
+  Config c;
+  c.gloo.rendezvous_addr = "127.0.0.1";
+  c.gloo.rendezvous_port = std::stoi(free[0].substr(free[0].find(':') + 1));
+  c.gloo.rank = 0;
+  c.gloo.size = 2;
+  c.gloo_timeout_s = 1;
+  std::unique_ptr<Transport> t;
+  Status s = MakeTcpTransport(c, &t);
+  EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+  EXPECT_NE(s.message().find("rendezvous service at " + free[0]), std::string::npos) << s.message();
+}
+
+TEST(TcpTransport, TopologyFromHosts) {
+  // Hosts a, a, b, b, c: local sizes 2, 2, 1; cross groups by local rank.
+  const std::vector<std::string> hosts = {"a", "a", "b", "b", "c"};
+  const int local_rank[] = {0, 1, 0, 1, 0}, local_size[] = {2, 2, 2, 2, 1};
+  const int cross_rank[] = {0, 0, 1, 1, 2}, cross_size[] = {3, 2, 3, 2, 3};
+  for (int r = 0; r < 5; ++r) {
+    Topology t;
+    ASSERT_TRUE(tcp::BuildTopology(r, 5, hosts, Config(), &t).ok());
+    EXPECT_EQ(t.local_rank, local_rank[r]) << r;
+    EXPECT_EQ(t.local_size, local_size[r]) << r;
+    EXPECT_EQ(t.cross_rank, cross_rank[r]) << r;
+    EXPECT_EQ(t.cross_size, cross_size[r]) << r;
+    EXPECT_FALSE(t.homogeneous);
+  }
+  Config c;  // the launcher's variables win
+  c.gloo.local_rank = 1;
+  c.gloo.local_size = 3;
+  Topology t;
+  ASSERT_TRUE(tcp::BuildTopology(0, 5, hosts, c, &t).ok());
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.local_size, 3);
+  c.gloo.local_rank = 3;
+  Status s = tcp::BuildTopology(0, 5, hosts, c, &t);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("HOROVOD_LOCAL_RANK"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace hvdc
