@@ -1,5 +1,5 @@
 // The thread-rank harness: N ranks as N threads of one process, each with its own Runtime over an
-// in-memory world (ops/local), so negotiation, fusion, the cache, join and errors can be tested
+// in-memory world (local_controller/), so negotiation, fusion, the cache, join and errors can be tested
 // for many world sizes without MPI.
 #pragma once
 
@@ -12,7 +12,7 @@
 
 #include "core/runtime.h"
 #include "ops/cpu/host_backend.h"
-#include "ops/local/local_world.h"
+#include "local_controller/local_world.h"
 
 namespace hvdc {
 namespace testing {

@@ -3,7 +3,7 @@
 #include "core/build_config.h"
 #include "core/builtin.h"
 #include "ops/cpu/host_backend.h"
-#include "ops/local/local_world.h"
+#include "local_controller/local_world.h"
 #if HVDC_HAVE_MPI
 #include "mpi_controller/mpi_transport.h"
 #endif
