@@ -119,7 +119,8 @@ def test_concurrent_ranks_see_every_registration(server):
 
     def rank(r):
         try:
-            assert _request(server.address, "PUT", f"/global/rank_{r}", f"h{r}:{r}".encode())[0] == 200
+            value = f"h{r}:{r}".encode()
+            assert _request(server.address, "PUT", f"/global/rank_{r}", value)[0] == 200
             values = {}
             for q in range(size):
                 while True:
