@@ -157,12 +157,14 @@ class HorovodBasics:
         return bool(_core.mpi_built())
 
     def gloo_enabled(self) -> bool:
-        """Gloo is not available in this release."""
-        return False
+        """Whether the TCP transport (Horovod's Gloo controller) is in use at runtime."""
+        query = getattr(_core, "gloo_enabled", None)
+        return bool(query()) if query is not None else False
 
     def gloo_built(self) -> bool:
-        """Gloo is not available in this release."""
-        return False
+        """Whether the runtime was compiled with the TCP transport (Horovod's Gloo)."""
+        query = getattr(_core, "gloo_built", None)
+        return bool(query()) if query is not None else False
 
     def nccl_built(self) -> int:
         """NCCL_VERSION_CODE if compiled with NCCL, else 0."""

@@ -211,14 +211,16 @@ def check_build() -> str:
     lines.append("    [%s] TensorFlow" % ("X" if tf_ok else " "))
     lines.append("    [ ] PyTorch")
     lines.append("    [ ] MXNet")
-    lines += ["", "Available Controllers:", "    [X] MPI", "    [ ] Gloo", "",
+    from horovod_compat.common.util import gloo_built
+    gloo = "X" if gloo_built() else " "
+    lines += ["", "Available Controllers:", "    [X] MPI", f"    [{gloo}] Gloo", "",
               "Available Tensor Operations:"]
     nccl = False
     if tf_ok:
         from horovod_compat.tensorflow import nccl_built
         nccl = bool(nccl_built())
     lines += ["    [%s] NCCL" % ("X" if nccl else " "), "    [ ] DDL", "    [ ] CCL",
-              "    [X] MPI", "    [ ] Gloo"]
+              "    [X] MPI", f"    [{gloo}] Gloo"]
     return "\n".join(lines)
 
 
