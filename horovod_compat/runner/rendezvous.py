@@ -170,3 +170,31 @@ class RendezvousServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def main(argv: Optional[list] = None) -> None:
+    """``python -m horovod_compat.runner.rendezvous [--host H] [--port P]``: serves until
+    interrupted, for ranks started by another launcher with Horovod's Gloo variables."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m horovod_compat.runner.rendezvous",
+                                     description="Run the rendezvous service of a TCP job.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=0, help="port (0: an ephemeral one)")
+    args = parser.parse_args(argv)
+    server = RendezvousServer()
+    try:
+        host, port = server.start(args.host, args.port)
+    except RuntimeError as error:
+        parser.exit(2, f"{error}\n")
+    print(f"HOROVOD_GLOO_RENDEZVOUS_ADDR={host} HOROVOD_GLOO_RENDEZVOUS_PORT={port}", flush=True)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -159,3 +159,29 @@ def test_port_in_use_is_a_clear_error(server):
     other = RendezvousServer()
     with pytest.raises(RuntimeError, match=r"cannot start the rendezvous service on 127\.0\.0\.1:"):
         other.start("127.0.0.1", server.address[1])
+
+
+@pytest.mark.timeout(60)
+def test_command_line_service_prints_its_address_and_stops_on_sigterm():
+    import os
+    import signal
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "horovod_compat.runner.rendezvous"],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline().split()
+        values = dict(item.split("=", 1) for item in line)
+        address = (values["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+                   int(values["HOROVOD_GLOO_RENDEZVOUS_PORT"]))
+        assert address[0] == "127.0.0.1" and address[1] > 0
+        assert _request(address, "PUT", "/global/rank_0", b"h:1")[0] == 200
+        assert _request(address, "GET", "/global/rank_0")[:2] == (200, b"h:1")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
