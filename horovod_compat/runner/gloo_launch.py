@@ -413,6 +413,8 @@ class GlooJob:
             for reader in rank.readers:
                 # A rank's own children may keep its pipes open after it exited.
                 reader.join(timeout=5)
+            if rank.proc.stdin is not None:
+                rank.proc.stdin.close()
         if self._signalled is not None:
             # However the ranks ended (Python ranks exit 1 on KeyboardInterrupt), the job was
             # interrupted: report it as a shell reports a process ended by that signal.
