@@ -1,9 +1,10 @@
-// What this build contains (the hook core/builtin.h declares): the host backend over MPI or the
-// in-memory world, and the NCCL backend when it was built.
+// What this build contains (the hook core/builtin.h declares): the host backend over MPI, TCP or
+// the in-memory world, and the NCCL backend when it was built.
 #include "core/build_config.h"
 #include "core/builtin.h"
 #include "local_controller/local_world.h"
 #include "ops/cpu/host_backend.h"
+#include "tcp_controller/tcp_transport.h"
 #if HVDC_HAVE_MPI
 #include "mpi_controller/mpi_transport.h"
 #endif
@@ -27,8 +28,10 @@ void RegisterBuiltins(Builtins* out) {
     return MakeMpiTransport(config, mpi, transport);
   };
 #endif
+  out->tcp_transport = MakeTcpTransport;
   out->single_transport = [] { return MakeLocalTransport(LocalWorld::Create(1), 0); };
   out->mpi_built = HVDC_HAVE_MPI != 0;
+  out->gloo_built = true;
   out->cuda_built = HVDC_HAVE_NCCL != 0;
   out->nccl_version = HVDC_NCCL_VERSION_CODE;
 }

@@ -24,9 +24,12 @@ struct Builtins {
   // Null when MPI was not built.
   std::function<Status(const Config&, const InitOptions&, std::unique_ptr<Transport>*)>
       mpi_transport;
+  // The TCP ("gloo") transport, ranks from HVDC_TCP_PEERS or the Gloo rendezvous variables.
+  std::function<Status(const Config&, std::unique_ptr<Transport>*)> tcp_transport;
   // Rank 0 of 1, no launcher.
   std::function<std::unique_ptr<Transport>()> single_transport;
   bool mpi_built = false;
+  bool gloo_built = false;
   bool cuda_built = false;
   int nccl_version = 0;
 };

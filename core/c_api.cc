@@ -153,6 +153,15 @@ Status Translate(const hvdc_request& r, EnqueueItem* item) {
   return Status::OK();
 }
 
+// The TCP transport when asked for by name, or when its identity variables are set -- except that
+// an mpirun job stays MPI unless HOROVOD_CONTROLLER=gloo says otherwise.
+bool WantTcp(const Config& config) {
+  if (config.controller == "gloo") return true;
+  if (config.under_launcher) return false;
+  return config.cpu_operations == "gloo" || !config.tcp_peers.empty() ||
+         !config.gloo.rendezvous_addr.empty();
+}
+
 }  // namespace
 }  // namespace hvdc
 
@@ -181,8 +190,18 @@ int hvdc_init(const hvdc_init_options* options) {
     }
     Builtins& b = GetBuiltins();
     std::unique_ptr<Transport> transport;
-    const bool want_mpi = config.under_launcher || opts.mpi_comm || !opts.ranks.empty();
-    if (want_mpi) {
+    if (WantTcp(config)) {
+      if (opts.mpi_comm || !opts.ranks.empty()) {
+        return Fail(StatusCode::kInvalidArgument,
+                    "init(comm=...) needs MPI, but the TCP (gloo) transport was selected "
+                    "(HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS=gloo, HVDC_TCP_PEERS or "
+                    "HOROVOD_GLOO_RENDEZVOUS_ADDR)");
+      }
+      if (!b.tcp_transport)
+        return Fail(StatusCode::kUnknownError, "this build has no TCP transport");
+      s = b.tcp_transport(config, &transport);
+      if (!s.ok()) return Fail(s);
+    } else if (config.under_launcher || opts.mpi_comm || !opts.ranks.empty()) {
       if (!b.mpi_transport) return Fail(StatusCode::kUnknownError, "this build has no MPI");
       s = b.mpi_transport(config, opts, &transport);
       if (!s.ok()) return Fail(s);
@@ -246,6 +265,16 @@ int hvdc_mpi_threads_supported(void) {
 int hvdc_mpi_enabled(void) {
   auto rt = Current();
   return rt && rt->transport().is_mpi() ? 1 : 0;
+}
+
+int hvdc_gloo_enabled(void) {
+  auto rt = Current();
+  return rt && std::string(rt->transport().name()) == "gloo" ? 1 : 0;
+}
+
+int hvdc_gloo_built(void) {
+  std::lock_guard<std::mutex> lock(G().mu);
+  return GetBuiltins().gloo_built ? 1 : 0;
 }
 
 int hvdc_mpi_built(void) {

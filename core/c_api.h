@@ -159,6 +159,8 @@ HVDC_EXPORT int hvdc_is_homogeneous(void);        /* -1 when not initialized */
 HVDC_EXPORT int hvdc_mpi_threads_supported(void); /* -1 when not initialized or MPI unused */
 HVDC_EXPORT int hvdc_mpi_enabled(void);
 HVDC_EXPORT int hvdc_mpi_built(void);
+HVDC_EXPORT int hvdc_gloo_enabled(void); /* 1 when running over the TCP transport */
+HVDC_EXPORT int hvdc_gloo_built(void);
 HVDC_EXPORT int hvdc_nccl_built(void); /* NCCL_VERSION_CODE, or 0 */
 HVDC_EXPORT int hvdc_cuda_built(void);
 HVDC_EXPORT const char* hvdc_version(void);

@@ -150,22 +150,25 @@ class EnvReader {
     return true;
   }
 
-  // HOROVOD_CONTROLLER / HOROVOD_CPU_OPERATIONS: `later` are Horovod's other valid choices.
+  // HOROVOD_CONTROLLER / HOROVOD_CPU_OPERATIONS: "mpi" and "gloo" (the TCP transport) are
+  // available; `later` are Horovod's other valid choices.
   bool Backend(const char* name, std::initializer_list<const char*> later, std::string* out) {
     std::optional<std::string> raw = Raw(name);
     if (!raw) return false;
     std::string v = Lower(Trim(*raw));
-    if (v == "mpi") {
+    if (v == "mpi" || v == "gloo") {
       *out = v;
       return true;
     }
     for (const char* b : later) {
       if (v == b) {
-        return Fail(fmt::format("{}={}: the {} backend is not available yet (only 'mpi' is)", name,
-                                Quote(*raw), b));
+        return Fail(
+            fmt::format("{}={}: the {} backend is not available yet (only 'mpi' and "
+                        "'gloo' are)",
+                        name, Quote(*raw), b));
       }
     }
-    std::string valid = "mpi";
+    std::string valid = "mpi, gloo";
     for (const char* b : later) valid += fmt::format(", {}", b);
     return Fail(fmt::format("{}={} is not a valid choice ({})", name, Quote(*raw), valid));
   }
@@ -284,8 +287,8 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Level("HOROVOD_LOG_LEVEL", &c.log_level);
   env.Bool("HOROVOD_LOG_HIDE_TIME", &c.log_hide_time);
   // Horovod's controllers are MPI and Gloo; its CPU operations MPI, Gloo and oneCCL.
-  env.Backend("HOROVOD_CONTROLLER", {"gloo"}, &c.controller);
-  env.Backend("HOROVOD_CPU_OPERATIONS", {"gloo", "ccl"}, &c.cpu_operations);
+  env.Backend("HOROVOD_CONTROLLER", {}, &c.controller);
+  env.Backend("HOROVOD_CPU_OPERATIONS", {"ccl"}, &c.cpu_operations);
   env.Bool("HOROVOD_DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets);
   env.Bool("HOROVOD_DISABLE_GROUP_FUSION", &c.disable_group_fusion);
   env.IntList("HOROVOD_THREAD_AFFINITY", &c.thread_affinity);

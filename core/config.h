@@ -55,7 +55,9 @@ struct Config {
   LogLevel log_level = LogLevel::kWarning;
   // HOROVOD_LOG_HIDE_TIME: drop timestamps from log lines.
   bool log_hide_time = false;
-  // HOROVOD_CONTROLLER, HOROVOD_CPU_OPERATIONS: only "mpi" is available (gloo/ccl come later).
+  // HOROVOD_CONTROLLER, HOROVOD_CPU_OPERATIONS: "mpi" or "gloo" (the TCP transport; ccl comes
+  // later). Either set to gloo selects the TCP transport (HOROVOD_CPU_OPERATIONS only outside an
+  // mpirun job).
   std::string controller = "mpi";
   std::string cpu_operations = "mpi";
   // HOROVOD_DYNAMIC_PROCESS_SETS: allow add/remove_process_set after init.

@@ -108,6 +108,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("mpi_threads_supported", &hvdc_mpi_threads_supported);
   m.def("mpi_enabled", [] { return hvdc_mpi_enabled() == 1; });
   m.def("mpi_built", [] { return hvdc_mpi_built() == 1; });
+  m.def("gloo_enabled", [] { return hvdc_gloo_enabled() == 1; });
+  m.def("gloo_built", [] { return hvdc_gloo_built() == 1; });
   m.def("nccl_built", &hvdc_nccl_built);
   m.def("cuda_built", [] { return hvdc_cuda_built() == 1; });
   m.def("version", [] { return std::string(hvdc_version()); });

@@ -778,9 +778,10 @@ TEST(ProcessSets, CollectivesWithinSets) {
 }  // namespace hvdc_test
 
 int main(int argc, char** argv) {
-  // The world size is needed before init to register the sets; under mpirun the launcher says it.
+  // The world size is needed before init to register the sets; the launcher says it (mpirun, or
+  // HOROVOD_SIZE over the TCP transport).
   int size = 0;
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_SIZE"}) {
     if (const char* v = std::getenv(var)) {
       size = std::atoi(v);
       break;

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Runs NP copies of a test binary as the ranks of one job over the TCP transport.
+
+    tcp_launch.py --np 3 [--timeout 240] [--env NAME=VALUE ...] BINARY [ARGS...]
+
+Every rank gets HVDC_TCP_PEERS (free loopback ports), HOROVOD_RANK and HOROVOD_SIZE. Output lines
+are prefixed with the rank. When any rank fails (or the timeout passes) the others are ended and
+the launcher exits non-zero. A test utility for ctest, not the user-facing launcher.
+"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def free_ports(n):
+    held = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        held.append(s)
+    ports = [s.getsockname()[1] for s in held]
+    for s in held:
+        s.close()
+    return ports
+
+
+def pump(rank, stream, out):
+    for line in iter(stream.readline, b""):
+        out.write(f"[{rank}] {line.decode(errors='replace')}")
+        out.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--np", type=int, required=True)
+    parser.add_argument("--timeout", type=float, default=240)
+    parser.add_argument("--env", action="append", default=[])
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    if not args.command:
+        parser.error("no command")
+    peers = ",".join(f"127.0.0.1:{p}" for p in free_ports(args.np))
+    procs, pumps = [], []
+    for rank in range(args.np):
+        env = dict(os.environ)
+        for item in args.env:
+            name, _, value = item.partition("=")
+            env[name] = value
+        env.update(HVDC_TCP_PEERS=peers, HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(args.np))
+        p = subprocess.Popen(args.command, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+        procs.append(p)
+        t = threading.Thread(target=pump, args=(rank, p.stdout, sys.stdout), daemon=True)
+        t.start()
+        pumps.append(t)
+    deadline = time.monotonic() + args.timeout
+    failed = None
+    while any(p.poll() is None for p in procs):
+        for rank, p in enumerate(procs):
+            if p.poll() not in (None, 0) and failed is None:
+                failed = (rank, p.returncode)
+        if failed or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if failed is None and time.monotonic() > deadline:
+        failed = ("timeout", None)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+    for t in pumps:
+        t.join(timeout=5)
+    if failed is None:
+        for rank, p in enumerate(procs):
+            if p.returncode != 0:
+                failed = (rank, p.returncode)
+                break
+    if failed:
+        what = ("timed out after %.0f s" % args.timeout if failed[0] == "timeout"
+                else "rank %s exited with %s" % failed)
+        print(f"tcp_launch: {what}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
