@@ -113,6 +113,8 @@ void Mesh::Impl::StartWrite(int p) {
         FailPeerLocked(p, fmt::format("send failed: {}", ec.message()));
         return;
       }
+      // The peer failed (read side) after this write had completed: its queue is already failed.
+      if (!pr.error.ok() || pr.sends.empty()) return;
       SendRequest* done = pr.sends.front();
       pr.sends.pop_front();
       done->done = true;
