@@ -3,11 +3,14 @@
 // identity fails init with the variable named; gloo_built/gloo_enabled report it. (The multi-rank
 // runs are the *_tcp_np* ctests: the C-API runtime suites started as processes by tcp_launch.py.)
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
 #include "core/c_api.h"
+#include "tests/cpp/mpi_test_util.h"
 #include "tests/cpp/tcp_test_util.h"
 
 namespace {
@@ -96,6 +99,50 @@ TEST(TcpInit, ControllerGlooWinsOverMpirunEnvironment) {
   ScopedEnv env({{"OMPI_COMM_WORLD_SIZE", "2"}, {"HOROVOD_CONTROLLER", "gloo"}});
   const std::string e = InitError();
   EXPECT_NE(e.find("HVDC_TCP_PEERS"), std::string::npos) << e;
+}
+
+// Two processes (this one and a forked child, which starts before any thread exists here): one
+// allreduce works, then the child dies without shutting down; this rank's next allreduce fails
+// with an error instead of hanging.
+TEST(TcpInit, PeerDyingMidJobFailsThePendingOperation) {
+  const auto peers = hvdc::tcp_test::FreeLoopbackPeers(2);
+  ScopedEnv env({{"HVDC_TCP_PEERS", peers[0] + "," + peers[1]},
+                 {"HOROVOD_SIZE", "2"},
+                 {"HOROVOD_GLOO_TIMEOUT_SECONDS", "60"}});
+  auto allreduce = [](const char* name, float value, float* out) {
+    hvdc_test::Buffer in(HVDC_FLOAT32, 1), res(HVDC_FLOAT32, 1);
+    in.Set(0, value);
+    hvdc_request r = hvdc_test::AllreduceRequest(name, in, res, {1}, HVDC_SUM);
+    hvdc_test::Result result;
+    const bool done = hvdc_test::Enqueue(r).WaitFor(std::chrono::seconds(120), &result);
+    if (done && result.ok()) *out = static_cast<float>(res.Get(0));
+    return std::make_pair(done, result);
+  };
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("HOROVOD_RANK", "1", 1);
+    if (hvdc_init(nullptr) != HVDC_OK) _exit(3);
+    float sum = 0;
+    auto r = allreduce("first", 2.0f, &sum);
+    _exit(r.first && r.second.ok() && sum == 3.0f ? 0 : 4);  // gone, without hvdc_shutdown
+  }
+  setenv("HOROVOD_RANK", "0", 1);
+  ASSERT_EQ(hvdc_init(nullptr), HVDC_OK) << hvdc_last_error();
+  float sum = 0;
+  auto first = allreduce("first", 1.0f, &sum);
+  ASSERT_TRUE(first.first);
+  EXPECT_TRUE(first.second.ok()) << first.second;
+  EXPECT_EQ(sum, 3.0f);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto second = allreduce("second", 1.0f, &sum);
+  ASSERT_TRUE(second.first) << "the allreduce with a dead peer hung";
+  EXPECT_FALSE(second.second.ok());
+  EXPECT_NE(second.second.message.find("rank 1"), std::string::npos) << second.second;
+  hvdc_shutdown();
+  unsetenv("HOROVOD_RANK");
 }
 
 }  // namespace
