@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Runs NP copies of a test binary as the ranks of one job over the TCP transport.
 
-    tcp_launch.py --np 3 [--timeout 240] [--env NAME=VALUE ...] BINARY [ARGS...]
+    tcp_launch.py --np 3 [--timeout 240] [--rendezvous] [--env NAME=VALUE ...] BINARY [ARGS...]
 
-Every rank gets HVDC_TCP_PEERS (free loopback ports), HOROVOD_RANK and HOROVOD_SIZE. Output lines
+Every rank gets HVDC_TCP_PEERS (free loopback ports), HOROVOD_RANK and HOROVOD_SIZE; with
+--rendezvous, the launcher's rendezvous service (horovod_compat.runner.rendezvous, from this source
+tree) is started instead and the ranks get HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT. Output lines
 are prefixed with the rank. When any rank fails (or the timeout passes) the others are ended and
 the launcher exits non-zero. A test utility for ctest, not the user-facing launcher.
 """
@@ -39,18 +41,33 @@ def main():
     parser.add_argument("--np", type=int, required=True)
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--env", action="append", default=[])
+    parser.add_argument("--rendezvous", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if not args.command:
         parser.error("no command")
-    peers = ",".join(f"127.0.0.1:{p}" for p in free_ports(args.np))
+    service = None
+    if args.rendezvous:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=root)
+        service = subprocess.Popen(
+            [sys.executable, "-m", "horovod_compat.runner.rendezvous", "--host", "127.0.0.1"],
+            env=env, stdout=subprocess.PIPE)
+        line = service.stdout.readline().decode()  # "ADDR=... PORT=..." once it listens
+        identity = dict(item.split("=", 1) for item in line.split())
+        if "HOROVOD_GLOO_RENDEZVOUS_PORT" not in identity:
+            service.kill()
+            print(f"tcp_launch: the rendezvous service printed {line!r}", file=sys.stderr)
+            return 1
+    else:
+        identity = {"HVDC_TCP_PEERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(args.np))}
     procs, pumps = [], []
     for rank in range(args.np):
         env = dict(os.environ)
         for item in args.env:
             name, _, value = item.partition("=")
             env[name] = value
-        env.update(HVDC_TCP_PEERS=peers, HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(args.np))
+        env.update(identity, HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(args.np))
         p = subprocess.Popen(args.command, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT)
         procs.append(p)
@@ -75,6 +92,9 @@ def main():
         p.wait()
     for t in pumps:
         t.join(timeout=5)
+    if service is not None:
+        service.terminate()
+        service.wait(timeout=10)
     if failed is None:
         for rank, p in enumerate(procs):
             if p.returncode != 0:
