@@ -1,8 +1,13 @@
 #include "tcp_controller/tcp_mesh.h"
 
 #include <fmt/format.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "core/logging.h"
 #include "tcp_controller/tcp_mesh_impl.h"
@@ -23,7 +28,11 @@ void Mesh::Impl::Start() {
   work = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       io.get_executor());
   for (int p = 0; p < options.size; ++p) {
-    if (p != options.rank) StartRead(p);
+    if (p == options.rank) continue;
+    boost::system::error_code ignored;
+    peers[p].socket->native_non_blocking(true, ignored);  // the writers poll when it is full
+    peers[p].fd = peers[p].socket->native_handle();
+    StartRead(p);
   }
   thread = std::thread([this] { io.run(); });
 }
@@ -92,36 +101,45 @@ void Mesh::Impl::ReadBody(int p, uint64_t length) {
                    });
 }
 
-void Mesh::Impl::StartWrite(int p) {
+Status Mesh::Impl::WriteFrame(int p, uint32_t channel, const void* data, size_t bytes) {
   Peer& peer = peers[p];
-  SendRequest* req = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (peer.sends.empty()) {
-      peer.writing = false;
-      return;
-    }
-    req = peer.sends.front();
-  }
-  std::array<asio::const_buffer, 2> buffers = {asio::buffer(req->header, kFrameHeaderBytes),
-                                               asio::buffer(req->data, req->bytes)};
-  asio::async_write(*peer.socket, buffers, [this, p](const boost::system::error_code& ec, size_t) {
-    Peer& pr = peers[p];
-    {
+  uint8_t header[kFrameHeaderBytes];
+  PutLe<uint32_t>(header, kFrameMagic);
+  PutLe<uint32_t>(header + 4, channel);
+  PutLe<uint64_t>(header + 8, bytes);
+  iovec iov[2] = {{header, kFrameHeaderBytes}, {const_cast<void*>(data), bytes}};
+  int first = 0;
+  while (first < 2) {
+    msghdr msg = {};
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = 2 - first;
+    const ssize_t n = ::sendmsg(peer.fd, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // The kernel's buffer is full: the peer's I/O thread drains it (it always reads).
+      pollfd pfd = {peer.fd, POLLOUT, 0};
+      ::poll(&pfd, 1, 1000);
       std::lock_guard<std::mutex> lock(mu);
-      if (ec) {
-        FailPeerLocked(p, fmt::format("send failed: {}", ec.message()));
-        return;
-      }
-      // The peer failed (read side) after this write had completed: its queue is already failed.
-      if (!pr.error.ok() || pr.sends.empty()) return;
-      SendRequest* done = pr.sends.front();
-      pr.sends.pop_front();
-      done->done = true;
-      cv.notify_all();
+      if (!peer.error.ok()) return peer.error;
+      continue;
     }
-    StartWrite(p);
-  });
+    if (n < 0) {
+      const int err = errno;
+      std::lock_guard<std::mutex> lock(mu);
+      FailPeerLocked(p, fmt::format("send failed: {}", std::strerror(err)));
+      return peer.error;
+    }
+    size_t done = static_cast<size_t>(n);
+    while (first < 2 && done >= iov[first].iov_len) {
+      done -= iov[first].iov_len;
+      ++first;
+    }
+    if (first < 2) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
+      iov[first].iov_len -= done;
+    }
+  }
+  return Status::OK();
 }
 
 void Mesh::Impl::FailPeerLocked(int p, const std::string& what, bool warn) {
@@ -134,14 +152,8 @@ void Mesh::Impl::FailPeerLocked(int p, const std::string& what, bool warn) {
       LogDebug("{}", peer.error.message());
     }
   }
-  for (SendRequest* req : peer.sends) {
-    req->status = peer.error;
-    req->done = true;
-  }
-  peer.sends.clear();
-  peer.writing = false;
-  boost::system::error_code ignored;
-  if (peer.socket) peer.socket->close(ignored);
+  // Shut down, not closed: a writer may be using the descriptor (Close() closes it at the end).
+  if (peer.fd >= 0) ::shutdown(peer.fd, SHUT_RDWR);
   cv.notify_all();
 }
 
@@ -174,23 +186,14 @@ Status Mesh::Send(int peer, uint32_t channel, const void* data, size_t bytes) {
     return Status::InvalidArgument(
         fmt::format("TCP transport: a message of {} bytes exceeds {}", bytes, kMaxFrameBytes));
   }
-  SendRequest req;
-  PutLe<uint32_t>(req.header, kFrameMagic);
-  PutLe<uint32_t>(req.header + 4, channel);
-  PutLe<uint64_t>(req.header + 8, bytes);
-  req.data = data;
-  req.bytes = bytes;
   Peer& p = m.peers[peer];
-  std::unique_lock<std::mutex> lock(m.mu);
-  if (m.closed) return Status::UnknownError("TCP transport: the mesh is closed");
-  if (!p.error.ok()) return p.error;
-  p.sends.push_back(&req);
-  if (!p.writing) {
-    p.writing = true;
-    asio::post(m.io, [&m, peer] { m.StartWrite(peer); });
+  std::lock_guard<std::mutex> send_lock(p.send_mu);
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.closed || m.closing) return Status::UnknownError("TCP transport: the mesh is closed");
+    if (!p.error.ok()) return p.error;
   }
-  m.cv.wait(lock, [&] { return req.done; });
-  return req.status;
+  return m.WriteFrame(peer, channel, data, bytes);
 }
 
 bool Mesh::TryRecv(int peer, uint32_t channel, std::string* message, Status* status) {
@@ -290,14 +293,13 @@ void Mesh::Close() {
     m.closed = true;
     return;
   }
-  // Half-close every connection (after the writes already queued), then wait for the peers'.
-  asio::post(m.io, [&m] {
-    for (int p = 0; p < m.options.size; ++p) {
-      if (p == m.options.rank || !m.peers[p].socket) continue;
-      boost::system::error_code ignored;
-      m.peers[p].socket->shutdown(tcp::socket::shutdown_send, ignored);
-    }
-  });
+  // Half-close every connection (no writer is active: Close() follows every operation), then wait
+  // for the peers'.
+  for (int p = 0; p < m.options.size; ++p) {
+    if (p == m.options.rank || m.peers[p].fd < 0) continue;
+    std::lock_guard<std::mutex> send_lock(m.peers[p].send_mu);
+    ::shutdown(m.peers[p].fd, SHUT_WR);
+  }
   {
     std::unique_lock<std::mutex> lock(m.mu);
     const bool all = m.cv.wait_for(lock, m.options.timeout, [&] {

@@ -7,9 +7,9 @@
 // (peer, channel) is used by one thread at a time, but different channels may be used from
 // different threads at once (the control thread and one executor thread per process set).
 //
-// One I/O thread (started by Create) owns the sockets: it reads every peer continuously into
-// per-(peer, channel) queues -- so a send never waits for the receiver's program -- and performs
-// the writes the callers queue. Send blocks until its bytes are handed to the kernel.
+// One I/O thread (started by Create) reads every peer continuously into per-(peer, channel)
+// queues, so a send never waits for the receiver's program. Send writes from the calling thread
+// (one writer per peer at a time) and returns once its bytes are handed to the kernel.
 //
 // Failure is per peer: when a connection closes or resets, every waiting or later call involving
 // that peer fails with an UnknownError naming its rank and host (messages that arrived before stay
@@ -66,7 +66,7 @@ class Mesh {
   // The host each rank was reached at (or, for lower ranks, announced as), for topology and errors.
   const std::vector<std::string>& hosts() const;
 
-  // Queues one message (at most kMaxFrameBytes) and waits until it is written.
+  // Writes one message (at most kMaxFrameBytes) from the calling thread.
   Status Send(int peer, uint32_t channel, const void* data, size_t bytes);
   // Waits for the next message from `peer` on `channel`.
   Status Recv(int peer, uint32_t channel, std::string* message);

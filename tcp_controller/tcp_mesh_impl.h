@@ -41,17 +41,13 @@ T GetLe(const uint8_t* p) {
   return v;
 }
 
-// A queued write: lives on the sender's stack until `done`.
-struct SendRequest {
-  uint8_t header[kFrameHeaderBytes];
-  const void* data = nullptr;
-  size_t bytes = 0;
-  bool done = false;  // guarded by Mesh::Impl::mu
-  Status status;      // guarded by Mesh::Impl::mu
-};
-
 struct Peer {
-  std::unique_ptr<tcp::socket> socket;  // touched by the I/O thread only (after set-up)
+  // Reads and the final close are the I/O thread's (after set-up); writes go straight to `fd` from
+  // the sending thread (one at a time: send_mu), so a send costs no thread hand-off. The socket is
+  // only shut down, never closed, while the mesh runs, so `fd` stays valid for the writers.
+  std::unique_ptr<tcp::socket> socket;
+  int fd = -1;
+  std::mutex send_mu;  // serializes the writers of this peer; taken before Mesh::Impl::mu
   std::string host;
   std::string address;  // "host:port" as known, for messages
   // Read state (I/O thread only).
@@ -59,8 +55,6 @@ struct Peer {
   uint32_t channel = 0;
   std::string body;
   // Guarded by Mesh::Impl::mu.
-  std::deque<SendRequest*> sends;
-  bool writing = false;
   bool eof = false;  // the peer half-closed (expected only once we are closing too)
   Status error;
 };
@@ -75,9 +69,10 @@ class Mesh::Impl {
   void Start();  // starts the reads and the I/O thread
   void StartRead(int p);
   void ReadBody(int p, uint64_t length);
-  void StartWrite(int p);
-  // Records the peer's error (first one wins), fails its queued sends and closes its socket.
-  // Called on the I/O thread with mu held.
+  // Writes one frame to p from the calling thread (holding p's send_mu).
+  Status WriteFrame(int p, uint32_t channel, const void* data, size_t bytes);
+  // Records the peer's error (first one wins) and shuts its connection down (waking any writer).
+  // Called with mu held.
   void FailPeerLocked(int p, const std::string& what, bool warn = true);
   std::string Describe(int p) const;
 
@@ -88,7 +83,7 @@ class Mesh::Impl {
   std::vector<Peer> peers;
   std::vector<std::string> hosts;
 
-  std::mutex mu;  // guards the Peer fields marked so, inbox, closing, closed
+  std::mutex mu;  // guards the Peer fields marked so, inbox, closing, closed (after send_mu)
   std::condition_variable cv;
   std::map<uint64_t, std::deque<std::string>> inbox;  // key: peer << 32 | channel
   bool closing = false;
