@@ -217,6 +217,82 @@ TEST(TcpMesh, OversizedSendIsRefusedAtTheSender) {
   EXPECT_TRUE(meshes[0]->PeerStatus(1).ok());
 }
 
+// Rank 0 is played by hand over a raw socket: a correct hello, then `frame` as the first frame.
+// Rank 1's mesh drops the connection and its reader gets an error naming rank 0.
+void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string& needle) {
+  const auto peers = tcp_test::FreeLoopbackPeers(2);
+  std::shared_ptr<Mesh> mesh;
+  std::thread fake([&] {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket s(io);
+    const int port = std::stoi(peers[1].substr(peers[1].find(':') + 1));
+    const auto to = boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
+                                                   static_cast<uint16_t>(port));
+    boost::system::error_code ec;
+    do {  // until rank 1 listens
+      s.close(ec);
+      s.connect(to, ec);
+      if (ec) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (ec);
+    uint8_t hello[32] = {};
+    const uint32_t magic = 0x48445648, version = 1;
+    const int32_t rank = 0, size = 2;
+    const uint64_t token = 77;
+    std::memcpy(hello, &magic, 4);
+    std::memcpy(hello + 4, &version, 4);
+    std::memcpy(hello + 8, &rank, 4);
+    std::memcpy(hello + 12, &size, 4);
+    std::memcpy(hello + 16, &token, 8);
+    boost::asio::write(s, boost::asio::buffer(hello), ec);
+    uint8_t ack[16];
+    boost::asio::read(s, boost::asio::buffer(ack), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    boost::asio::write(s, boost::asio::buffer(frame), ec);
+    s.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ec);  // nothing more comes
+    char sink[16];
+    s.read_some(boost::asio::buffer(sink), ec);  // until rank 1 drops us
+  });
+  tcp::MeshOptions o;
+  o.rank = 1;
+  o.size = 2;
+  o.peers = peers;
+  o.job_token = 77;
+  o.timeout = std::chrono::seconds(60);
+  Status s = Mesh::Create(o, &mesh);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string got;
+  s = mesh->Recv(0, 1, &got);
+  EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+  EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  fake.join();
+}
+
+TEST(TcpMesh, GarbageFrameDropsThatPeer) {
+  std::vector<uint8_t> garbage(16, 0xAB);
+  ExpectBadFrameRefused(garbage, "garbage frame");
+}
+
+TEST(TcpMesh, OversizedFrameDropsThatPeer) {
+  std::vector<uint8_t> header(16, 0);
+  const uint32_t magic = 0x46445648, channel = 1;
+  const uint64_t length = Mesh::kMaxFrameBytes + 1;
+  std::memcpy(header.data(), &magic, 4);
+  std::memcpy(header.data() + 4, &channel, 4);
+  std::memcpy(header.data() + 8, &length, 8);
+  ExpectBadFrameRefused(header, "garbage frame");
+}
+
+TEST(TcpMesh, TruncatedFrameDropsThatPeer) {
+  std::vector<uint8_t> frame(16 + 10, 0);
+  const uint32_t magic = 0x46445648, channel = 1;
+  const uint64_t length = 100;  // only 10 bytes follow, then the connection closes
+  std::memcpy(frame.data(), &magic, 4);
+  std::memcpy(frame.data() + 4, &channel, 4);
+  std::memcpy(frame.data() + 8, &length, 8);
+  ExpectBadFrameRefused(frame, "in the middle of a message");
+}
+
 // A minimal HTTP key-value service like the launcher's (one thread, one request per connection).
 class TinyKvServer {
  public:
