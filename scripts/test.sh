@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: installs the dependencies, builds, and runs
 #   1. every C++ test (GoogleTest under ctest; MPI suites under mpirun -np 2 and -np 3),
 #   2. the same under AddressSanitizer + UndefinedBehaviorSanitizer,
-#   3. the thread-rank harness and the in-memory world under ThreadSanitizer,
+#   3. the thread-rank harness, the in-memory world and the TCP transport under ThreadSanitizer,
+#   3b. a build without MPI, with the TCP suites (the C-API suites as processes over loopback),
 #   4. the Python/TensorFlow suites under mpirun, when scripts/install_python.sh exists.
 # Every test has a timeout; the script exits non-zero on any failure.
 set -euo pipefail
@@ -34,7 +35,8 @@ if [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
   step "build + thread-rank tests under TSan"
   tsan_tests=(thread_rank_test thread_rank_stall_test thread_rank_review_test local_world_test
               process_set_order_test backend_async_test
-              timeline_test logging_test)
+              timeline_test logging_test
+              tcp_mesh_test tcp_host_comm_test tcp_control_channel_test tcp_init_test)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDC_SANITIZE=thread \
     -DHVDC_BUILD_BENCH=OFF -DHVDC_WITH_NCCL=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"
@@ -42,6 +44,12 @@ if [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \
     -R "^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 fi
+
+step "build without MPI (HVDC_WITH_MPI=OFF) + the TCP suites"
+cmake -S . -B build-nompi -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDC_WITH_MPI=OFF \
+  -DHVDC_BUILD_BENCH=OFF -DHVDC_WITH_NCCL=OFF -DHVDC_WITH_TENSORFLOW=OFF >/dev/null
+cmake --build build-nompi -j "$jobs"
+ctest --test-dir build-nompi --output-on-failure -j "$jobs" --timeout 300
 
 if [ -x scripts/install_python.sh ] && [ -x tests/python/run_mpi_tests.sh ]; then
   step "Python / TensorFlow"
