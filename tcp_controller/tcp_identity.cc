@@ -133,7 +133,16 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
         fmt::format("HOROVOD_RANK={} is not below the world size {}{}", id.rank, id.size,
                     id.peers.empty() ? " (HOROVOD_SIZE)" : " (entries of HVDC_TCP_PEERS)"));
   }
-  if (!c.gloo_iface.empty()) HVDC_RETURN_IF_ERROR(InterfaceAddress(c.gloo_iface, &id.bind_host));
+  if (!c.gloo_iface.empty()) {
+    // Horovod's --network-interface may list several (eth0,eth1): the first that has an address.
+    Status first;
+    for (const std::string& name : SplitCommas(c.gloo_iface)) {
+      Status s = InterfaceAddress(name, &id.bind_host);
+      if (s.ok()) break;
+      if (first.ok()) first = s;
+    }
+    if (id.bind_host.empty()) return first;
+  }
   *out = std::move(id);
   return Status::OK();
 }

@@ -208,6 +208,9 @@ TEST(TcpTransport, IdentityErrorsNameTheVariable) {
   tcp::Identity id;
   ASSERT_TRUE(tcp::IdentityFromConfig(lo, &id).ok());
   EXPECT_EQ(id.bind_host, "127.0.0.1");
+  lo.gloo_iface = "no-such-interface0,lo";  // a list: the first interface that exists
+  ASSERT_TRUE(tcp::IdentityFromConfig(lo, &id).ok());
+  EXPECT_EQ(id.bind_host, "127.0.0.1");
 }
 
 TEST(TcpTransport, RendezvousUnreachableFailsInit) {
