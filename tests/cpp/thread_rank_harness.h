@@ -14,6 +14,8 @@
 // (never destroyed): a test demonstrating a hang fails instead of hanging the binary.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -166,7 +168,9 @@ class ThreadWorld {
     });
     for (auto& s : status) init_status_ = s.ok() ? init_status_ : s;
   }
-  ~ThreadWorld() { Shutdown(); }
+  ~ThreadWorld() {
+    if (!Shutdown()) ADD_FAILURE() << "a rank's Runtime did not shut down within 40 s (leaked)";
+  }
   ThreadWorld(const ThreadWorld&) = delete;
   ThreadWorld& operator=(const ThreadWorld&) = delete;
 
