@@ -33,12 +33,13 @@ if [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
 
   step "build + thread-rank tests under TSan"
-  tsan_tests=(thread_rank_test thread_rank_stall_test thread_rank_review_test local_world_test
-              process_set_order_test backend_async_test
-              timeline_test logging_test
+  # Every suite that runs ranks (or enqueuing threads) as threads of one process.
+  tsan_tests=(thread_rank_test thread_rank_stall_test controller_test join_test process_sets_test
+              executor_test runtime_test process_set_order_test process_set_table_test
+              tensor_queue_test local_world_test backend_async_test timeline_test logging_test
               tcp_mesh_test tcp_host_comm_test tcp_control_channel_test tcp_init_test)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDC_SANITIZE=thread \
-    -DHVDC_BUILD_BENCH=OFF -DHVDC_WITH_NCCL=OFF >/dev/null
+    -DHVDC_BUILD_BENCH=OFF -DHVDC_WITH_NCCL=OFF -DHVDC_WITH_TENSORFLOW=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \

@@ -24,78 +24,16 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kWait = std::chrono::seconds(15);
-
-std::vector<EnqueueItem> One(EnqueueItem item) {
-  std::vector<EnqueueItem> v;
-  v.push_back(std::move(item));
-  return v;
-}
-
-// The in-memory transport, reporting MPI_THREAD_SERIALIZED when asked to.
-class SerializedTransport : public Transport {
- public:
-  SerializedTransport(std::unique_ptr<Transport> inner, bool threads)
-      : inner_(std::move(inner)), threads_(threads) {}
-  const Topology& topology() const override { return inner_->topology(); }
-  const char* name() const override { return inner_->name(); }
-  bool is_mpi() const override { return false; }
-  bool threads_supported() const override { return threads_; }
-  Status CreateProcessSet(const std::vector<int>& ranks, ProcessSetChannels* out) override {
-    return inner_->CreateProcessSet(ranks, out);
-  }
-  Status CheckAgreement(uint64_t value, bool* all_equal) override {
-    return inner_->CheckAgreement(value, all_equal);
-  }
-  void Finalize() override { inner_->Finalize(); }
-
- private:
-  std::unique_ptr<Transport> inner_;
-  bool threads_;
-};
-
-class World {
- public:
-  World(int n, Config config, bool threads, std::vector<std::vector<int>> extra_sets = {})
-      : n_(n), backend_(MakeHostBackend()), world_(LocalWorld::Create(n, 10000ms)) {
-    runtimes_.resize(n);
-    std::vector<Status> status(n);
-    OnAllRanks([&](int r) {
-      auto t = std::make_unique<SerializedTransport>(MakeLocalTransport(world_, r), threads);
-      status[r] =
-          Runtime::Create(config, std::move(t), {backend_.get()}, extra_sets, &runtimes_[r]);
-    });
-    for (auto& s : status) init_ = s.ok() ? init_ : s;
-  }
-  ~World() {
-    OnAllRanks([&](int r) {
-      if (runtimes_[r]) runtimes_[r]->Shutdown();
-    });
-  }
-  const Status& init_status() const { return init_; }
-  Runtime& rt(int r) { return *runtimes_[r]; }
-  void OnAllRanks(const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n_; ++r) threads.emplace_back(fn, r);
-    for (auto& t : threads) t.join();
-  }
-
- private:
-  int n_;
-  std::unique_ptr<Backend> backend_;
-  std::shared_ptr<LocalWorld> world_;
-  std::vector<std::unique_ptr<Runtime>> runtimes_;
-  Status init_;
-};
-
-Config SmallConfig() {
-  Config c;
-  c.fusion_threshold_bytes = 4096;
-  c.zero_copy_bytes = 2048;
-  c.chunk_bytes = 1024;
-  c.cache_capacity = 16;
-  c.dynamic_process_sets = true;
-  return c;
+// A world over the harness's in-memory transport; `threads` false reports MPI_THREAD_SERIALIZED.
+WorldOptions Options(int n, bool threads, std::vector<std::vector<int>> extra_sets = {}) {
+  WorldOptions o;
+  o.size = n;
+  o.config = SmallConfig();
+  o.config.dynamic_process_sets = true;
+  o.threads = threads;
+  o.arrival_timeout = 10000ms;
+  o.extra_sets = std::move(extra_sets);
+  return o;
 }
 
 bool Member(const std::vector<int>& ranks, int r) {
@@ -104,8 +42,8 @@ bool Member(const std::vector<int>& ranks, int r) {
 
 // Every rank issues allreduces on the global set and on each extra set it belongs to, all at once
 // and in a rank-dependent order, several steps in a row; each result is the sum over the set.
-void RunInterleaved(World& world, int n, const std::vector<std::pair<int, std::vector<int>>>& sets,
-                    int steps) {
+void RunInterleaved(ThreadWorld& world, int n,
+                    const std::vector<std::pair<int, std::vector<int>>>& sets, int steps) {
   world.OnAllRanks([&](int r) {
     for (int step = 0; step < steps; ++step) {
       std::vector<std::pair<int, std::vector<int>>> mine;
@@ -139,13 +77,13 @@ void RunInterleaved(World& world, int n, const std::vector<std::pair<int, std::v
 // executor inline on the control thread, rank 0 could run the global batch while rank 1 runs the
 // set's (each waiting for the other) if each ran batches as its own rounds completed.
 TEST(ProcessSetOrder, SerializedGlobalAndSubsetInterleave) {
-  World world(3, SmallConfig(), /*threads=*/false, {{0, 1}});
+  ThreadWorld world(Options(3, /*threads=*/false, {{0, 1}}));
   ASSERT_TRUE(world.init_status().ok()) << world.init_status().ToString();
   RunInterleaved(world, 3, {{0, {0, 1, 2}}, {1, {0, 1}}}, 20);
 }
 
 TEST(ProcessSetOrder, SerializedOverlappingSetsInterleave) {
-  World world(4, SmallConfig(), /*threads=*/false, {{0, 1}, {1, 2, 3}, {0, 3}});
+  ThreadWorld world(Options(4, /*threads=*/false, {{0, 1}, {1, 2, 3}, {0, 3}}));
   ASSERT_TRUE(world.init_status().ok()) << world.init_status().ToString();
   RunInterleaved(world, 4, {{0, {0, 1, 2, 3}}, {1, {0, 1}}, {2, {1, 2, 3}}, {3, {0, 3}}}, 12);
 }
@@ -154,7 +92,7 @@ TEST(ProcessSetOrder, SerializedOverlappingSetsInterleave) {
 // ranks does not wait for the idle rank's heartbeat; removal while a tensor is pending fails that
 // tensor once; the freed id is handed out again.
 void AddUseRemove(bool threads) {
-  World world(3, SmallConfig(), threads);
+  ThreadWorld world(Options(3, threads));
   ASSERT_TRUE(world.init_status().ok()) << world.init_status().ToString();
   std::atomic<int> orphan_calls{0};
   auto orphan_buf = std::make_shared<std::vector<float>>(4, 1.f);
@@ -210,7 +148,7 @@ TEST(ProcessSetOrder, AddUseRemoveSerialized) { AddUseRemove(false); }
 // Changes are agreed in order: ranks calling add_process_set with the same lists in the same order
 // get the same ids while other collectives run in between on some ranks only.
 TEST(ProcessSetOrder, AddWhileOtherRanksRunCollectives) {
-  World world(3, SmallConfig(), /*threads=*/true);
+  ThreadWorld world(Options(3, /*threads=*/true));
   ASSERT_TRUE(world.init_status().ok());
   world.OnAllRanks([&](int r) {
     Runtime& rt = world.rt(r);
@@ -232,7 +170,7 @@ TEST(ProcessSetOrder, AddWhileOtherRanksRunCollectives) {
 
 // Disagreeing changes fail on every rank and leave the queue of changes in step.
 TEST(ProcessSetOrder, DisagreeingAddFailsEverywhere) {
-  World world(2, SmallConfig(), /*threads=*/true);
+  ThreadWorld world(Options(2, /*threads=*/true));
   ASSERT_TRUE(world.init_status().ok());
   world.OnAllRanks([&](int r) {
     Runtime& rt = world.rt(r);
@@ -244,7 +182,7 @@ TEST(ProcessSetOrder, DisagreeingAddFailsEverywhere) {
 
 // The control thread and each executor thread carry a name (shown by top -H, gdb, perf).
 TEST(ProcessSetOrder, ThreadsAreNamed) {
-  World world(2, SmallConfig(), /*threads=*/true, {{0}});
+  ThreadWorld world(Options(2, /*threads=*/true, {{0}}));
   ASSERT_TRUE(world.init_status().ok());
   std::multiset<std::string> names;
   if (DIR* dir = opendir("/proc/self/task")) {

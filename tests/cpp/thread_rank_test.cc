@@ -18,15 +18,6 @@ float Input(int rank, int64_t i, int tensor) {
   return static_cast<float>((rank + 1) * 3 + i % 17 + tensor);
 }
 
-Config SmallConfig() {
-  Config c;
-  c.fusion_threshold_bytes = 4096;  // several fused batches per round
-  c.zero_copy_bytes = 2048;
-  c.chunk_bytes = 1024;
-  c.cache_capacity = 16;
-  return c;
-}
-
 class ThreadRankTest : public ::testing::TestWithParam<int> {};
 
 // Many tensors, issued in a different order on every rank, repeated so the cache path is taken;
