@@ -1,5 +1,5 @@
 // What a build contains: the backends and transports compiled in. core/ declares the hook;
-// ops/builtin_backends.cc (linked into libhvdc_core and the tests) defines it, so core/ never
+// builtins/builtins.cc (linked into libhvdc_core and the tests) defines it, so core/ never
 // names MPI or NCCL.
 #pragma once
 

@@ -1,6 +1,12 @@
 // Runtime: the one object that owns everything -- config, transport, process sets (each with its
-// queue, controller and executor), backends, timeline and the control thread. No other globals:
-// tests build several runtimes in one process (threads as ranks).
+// queue, controller and executor), backends, timeline and the control thread -- and wires them.
+// No other globals: tests build several runtimes in one process (threads as ranks).
+//
+// Its code is split by concern: runtime.cc (start-up, enqueue, timeline), runtime_control_loop.cc
+// (when each set negotiates, what happens with a round's result), runtime_process_sets.cc (adding,
+// removing and querying sets), runtime_shutdown.cc (orderly shutdown, giving up on dead peers). The
+// pieces with no Runtime state are units of their own: ProcessSet, ProcessSetTable,
+// request_validator.h, execution_order.h.
 #pragma once
 
 #include <atomic>
@@ -10,8 +16,6 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <future>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -19,9 +23,8 @@
 
 #include "core/backend.h"
 #include "core/config.h"
-#include "core/controller.h"
-#include "core/executor.h"
-#include "core/tensor_queue.h"
+#include "core/process_set_admin.h"
+#include "core/process_set_table.h"
 #include "core/timeline.h"
 #include "core/transport.h"
 
@@ -73,69 +76,36 @@ class Runtime {
   Status Shutdown();
 
  private:
-  struct SetState {
-    int id = 0;
-    int seq = 0;             // creation order (0: the global set); the same on every rank
-    std::vector<int> ranks;  // world ranks, sorted
-    int set_rank = -1;       // -1: this rank is not a member
-    ProcessSetChannels channels;
-    TensorQueue queue;
-    std::unique_ptr<Controller> controller;
-    std::unique_ptr<Executor> executor;
-    // Control-thread bookkeeping.
-    bool closed = false;
-    // Set when the removal is agreed (the set moves from sets_ to closing_); tells
-    // remove_process_set once the set is gone on this rank.
-    std::function<void(int)> removed;
-    // Sequenced execution (MPI_THREAD_SERIALIZED): batches of agreed rounds not yet released by a
-    // round of the global set, one entry per round.
-    std::deque<std::vector<Batch>> held;
-    Clock::time_point first_unsent{};
-    Clock::time_point next_retry{};
-    Clock::time_point last_round_end{};
-    Clock::duration retry_backoff{};
-    Clock::duration poll_delay{};
-    Clock::time_point next_poll{};
-    Clock::time_point round_warned{};
-  };
-
-  // add_process_set / remove_process_set, agreed in a round of the global set and applied by every
-  // rank at the end of the same round.
-  struct AdminOp {
-    bool add = true;
-    std::vector<int> ranks;  // add: sorted
-    bool valid = true;       // add: the ranks form a valid set
-    int id = 0;              // remove
-    uint64_t hash = 0;       // what every rank must agree on
-    std::promise<int> result;
-  };
+  using SetPtr = std::shared_ptr<ProcessSet>;
 
   Runtime(Config config, std::unique_ptr<Transport> transport, std::vector<Backend*> backends);
+  // A world collective (every rank, same order): creates and registers set `id`.
   Status CreateSet(int id, std::vector<int> ranks);
-  std::shared_ptr<SetState> FindSet(int id) const;
+
+  // Set administration (runtime_process_sets.cc).
   // Queues op for the global set's rounds and waits for its result (or the end of the runtime).
   int RunAdmin(std::shared_ptr<AdminOp> op);
-  // Every set the control thread still drives (registered ones and removed ones finishing).
-  std::vector<std::shared_ptr<SetState>> AllSets() const;
-
-  // Control thread.
-  void Wake();  // from any thread
-  void OnWake();
-  void LetProducersFinish(const std::vector<std::shared_ptr<SetState>>& sets);
-  bool ShouldStart(SetState& st, Clock::time_point now, Clock::time_point* wake_at);
-  std::vector<uint64_t> ExtraWords(const SetState& st);
-  void HandleResult(SetState& st, RoundResult& result, Clock::time_point now);
-  bool Sequenced(const SetState& st) const;
-  bool AnyHeld() const;
-  bool ReleaseHeld(const std::vector<uint64_t>& extra);
-  bool ApplyAdmin(const std::vector<uint64_t>& extra, bool shutdown);
+  bool ApplyAdmin(const std::vector<uint64_t>& words, bool shutdown);
   void ApplyAdd(AdminOp& op);
   void ApplyRemove(const std::shared_ptr<AdminOp>& op);
   void FinishRemovals();
   void FailAdmin();
+
+  // The control loop (runtime_control_loop.cc), on the control thread.
+  void Wake();  // from any thread
+  void OnWake();
+  void LetProducersFinish(const std::vector<SetPtr>& sets);
+  bool ShouldStart(const ProcessSet& st, Clock::time_point now, Clock::time_point* wake_at) const;
+  std::vector<uint64_t> OrderWords(const ProcessSet& st) const;
+  void HandleResult(ProcessSet& st, RoundResult& result, Clock::time_point now);
+  bool Sequenced(const ProcessSet& st) const;
+  bool AnyHeld() const;
+  bool ReleaseHeld(const std::vector<uint64_t>& words);
+  void CheckRoundDeadline(ProcessSet& st, Clock::time_point now);
+
+  // Shutting down (runtime_shutdown.cc).
   void BeginShutdown(const std::string& reason);
-  void CloseSet(SetState& st, const Status& why);
-  void CheckRoundDeadline(SetState& st, Clock::time_point now);
+  void CloseSet(ProcessSet& st, const Status& why);
   void Abandon(const std::string& reason);
   Status ShutdownStatus() const;
 
@@ -148,9 +118,7 @@ class Runtime {
   // order all ranks share (see ReleaseHeld).
   const bool sequenced_;
 
-  mutable std::mutex sets_mu_;  // guards sets_ and closing_ (each SetState has its own locking)
-  std::map<int, std::shared_ptr<SetState>> sets_;   // the registered sets, by id
-  std::vector<std::shared_ptr<SetState>> closing_;  // removed, still finishing here
+  ProcessSetTable sets_;
 
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;

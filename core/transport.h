@@ -1,6 +1,6 @@
 // Transport: where ranks come from and how a process set gets its channels. One per Runtime.
-// mpi_controller/ provides the MPI transport; local_transport.h provides the no-launcher
-// (rank 0 of 1) and threads-as-ranks transports.
+// Each transport lives in its own folder (mpi_controller/, local_controller/ for the no-launcher
+// rank 0 of 1 and threads-as-ranks) and is registered at builtins/builtins.cc.
 #pragma once
 
 #include <memory>

@@ -6,27 +6,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/hash.h"
 #include "mpi_controller/mpi_context.h"
 #include "mpi_controller/mpi_control_channel.h"
-#include "ops/mpi/mpi_host_comm.h"
+#include "mpi_controller/mpi_host_comm.h"
 
 namespace hvdc {
 namespace mpi {
 namespace {
-
-// FNV-1a over the list, to check cheaply that every rank passed the same one.
-uint64_t HashRanks(const std::vector<int>& ranks) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(ranks.size());
-  for (int r : ranks) mix(static_cast<uint32_t>(r));
-  return h;
-}
 
 Status CheckRanks(const std::vector<int>& ranks, int world_size) {
   if (ranks.empty()) return Status::InvalidArgument("CreateProcessSet: the rank list is empty");
@@ -59,7 +46,7 @@ class MpiTransport : public Transport {
     // Agree on the list before splitting: a rank with a different list would otherwise silently
     // build a different communicator than its peers.
     bool same = false;
-    HVDC_RETURN_IF_ERROR(CheckAgreement(HashRanks(world_ranks), &same));
+    HVDC_RETURN_IF_ERROR(CheckAgreement(HashInts(world_ranks), &same));
     if (!same) {
       return Status::PreconditionError(
           fmt::format("CreateProcessSet: ranks passed different member lists (rank {} passed [{}])",

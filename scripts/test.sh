@@ -33,7 +33,7 @@ if [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
 
   step "build + thread-rank tests under TSan"
   tsan_tests=(thread_rank_test thread_rank_stall_test thread_rank_review_test local_world_test
-              backend_async_test
+              process_set_order_test backend_async_test
               timeline_test logging_test)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDC_SANITIZE=thread \
     -DHVDC_BUILD_BENCH=OFF -DHVDC_WITH_NCCL=OFF >/dev/null

@@ -1,7 +1,7 @@
 // The in-memory world: N ranks as N threads. Every control-channel operation and every HostComm
 // primitive over worlds of 1..8 ranks, with inputs f(rank, index) and expected values computed;
 // process sets (overlapping, disjoint, singletons); mismatches and missing ranks as errors.
-#include "ops/local/local_world.h"
+#include "local_controller/local_world.h"
 
 #include <gtest/gtest.h>
 
@@ -15,8 +15,8 @@
 
 #include "core/transport.h"
 #include "ops/cpu/kernels.h"
-#include "ops/local/local_channel.h"
-#include "ops/local/local_host_comm.h"
+#include "local_controller/local_channel.h"
+#include "local_controller/local_host_comm.h"
 
 namespace hvdc {
 namespace {

@@ -7,7 +7,7 @@
 // Every rank runs every test; collectives are never skipped after a failed check (EXPECT, not
 // ASSERT, around them) so a failure cannot turn into a hang. Rank 0 prints gtest's output, other
 // ranks print only their failures, and the exit code is non-zero on every rank if any failed.
-#include "ops/mpi/mpi_host_comm.h"
+#include "mpi_controller/mpi_host_comm.h"
 
 #include <gtest/gtest.h>
 

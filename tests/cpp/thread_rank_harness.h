@@ -1,6 +1,6 @@
 // The thread-rank harness: N ranks as N threads of one process, each with its own Runtime over an
-// in-memory world (ops/local), so negotiation, fusion, the cache, join and errors can be tested
-// for many world sizes without MPI.
+// in-memory world (local_controller/), so negotiation, fusion, the cache, join and errors can be
+// tested for many world sizes without MPI.
 #pragma once
 
 #include <functional>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/runtime.h"
+#include "local_controller/local_world.h"
 #include "ops/cpu/host_backend.h"
-#include "ops/local/local_world.h"
 
 namespace hvdc {
 namespace testing {

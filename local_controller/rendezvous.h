@@ -1,5 +1,5 @@
 // Rendezvous: the blocking meeting point of the member threads of one in-memory group (a process
-// set's data plane, or the world's own collectives). Internal to ops/local.
+// set's data plane, or the world's own collectives). Internal to local_controller/.
 //
 // A collective is matched across ranks by a sequence number each rank counts for itself. Each rank
 // publishes a pointer to its call's arguments (on its own stack) and waits for the others; once all

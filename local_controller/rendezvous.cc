@@ -1,4 +1,4 @@
-#include "ops/local/rendezvous.h"
+#include "local_controller/rendezvous.h"
 
 #include <fmt/format.h>
 

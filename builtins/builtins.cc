@@ -2,8 +2,8 @@
 // in-memory world, and the NCCL backend when it was built.
 #include "core/build_config.h"
 #include "core/builtin.h"
+#include "local_controller/local_world.h"
 #include "ops/cpu/host_backend.h"
-#include "ops/local/local_world.h"
 #if HVDC_HAVE_MPI
 #include "mpi_controller/mpi_transport.h"
 #endif

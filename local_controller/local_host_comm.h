@@ -1,5 +1,5 @@
 // LocalHostComm: the HostComm data plane among the member threads of one in-memory process set.
-// Internal to ops/local; obtained through MakeLocalTransport.
+// Internal to local_controller/; obtained through MakeLocalTransport.
 //
 // Each call meets the other members' matching call on the set's Rendezvous (matched by a per-comm
 // sequence number), then every rank reads its peers' buffers directly: one copy per byte, no
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/host_comm.h"
-#include "ops/local/rendezvous.h"
+#include "local_controller/rendezvous.h"
 
 namespace hvdc {
 namespace local {

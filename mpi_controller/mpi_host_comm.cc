@@ -1,4 +1,4 @@
-#include "ops/mpi/mpi_host_comm.h"
+#include "mpi_controller/mpi_host_comm.h"
 
 #include <algorithm>
 #include <climits>

@@ -1,4 +1,4 @@
-#include "ops/local/local_world.h"
+#include "local_controller/local_world.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,9 +8,9 @@
 #include <numeric>
 #include <utility>
 
-#include "ops/local/local_channel.h"
-#include "ops/local/local_host_comm.h"
-#include "ops/local/rendezvous.h"
+#include "local_controller/local_channel.h"
+#include "local_controller/local_host_comm.h"
+#include "local_controller/rendezvous.h"
 
 namespace hvdc {
 namespace {

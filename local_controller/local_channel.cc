@@ -1,4 +1,4 @@
-#include "ops/local/local_channel.h"
+#include "local_controller/local_channel.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "ops/local/local_host_comm.h"
+#include "local_controller/local_host_comm.h"
 
 #include <fmt/format.h>
 

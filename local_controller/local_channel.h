@@ -1,5 +1,5 @@
 // LocalControlChannel: the ControlChannel over threads of one process (the thread-rank test harness
-// and the no-launcher runtime). Internal to ops/local; obtained through MakeLocalTransport.
+// and the no-launcher runtime). Internal to local_controller/; obtained through MakeLocalTransport.
 //
 // Operations are matched across ranks by a per-channel sequence number. Starting an operation
 // deposits this rank's contribution on the group's ControlBoard; Test() collects the result once
