@@ -20,8 +20,7 @@ from horovod_compat.tensorflow.allreduce_grads import _validate_grouping
 from horovod_compat.tensorflow.compression import Compression
 from horovod_compat.tensorflow.mpi_ops import Average, Sum
 from horovod_compat._keras import keras2
-from horovod_compat._keras.optimizer_base import (CallableList, HorovodOptimizerMixin,
-                                                  state_of)
+from horovod_compat._keras.optimizer_base import CallableList, HorovodOptimizerMixin
 
 
 class _DistributedMixin(HorovodOptimizerMixin):
@@ -32,19 +31,6 @@ class _DistributedMixin(HorovodOptimizerMixin):
         return CallableList(super().variables)
 
     # -- Keras 3 hooks ------------------------------------------------------------------------
-    def build(self, variables: Any) -> None:
-        super().build(variables)
-        passes = self._hvd_settings["backward_passes_per_step"]
-        if passes > 1:
-            state = state_of(self)
-            with tf.init_scope():
-                state.accumulators = [
-                    tf.Variable(tf.zeros(tuple(v.shape), dtype=tf.as_dtype(v.dtype)),
-                                trainable=False, name="hvd_accumulator")
-                    for v in variables]
-                state.counter = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                            name="hvd_backward_passes")
-
     def apply(self, grads: Sequence[Any], trainable_variables: Any = None) -> Any:
         grads = list(grads)
         if trainable_variables is None:
@@ -55,40 +41,21 @@ class _DistributedMixin(HorovodOptimizerMixin):
                 with tf.init_scope():
                     self.build(trainable_variables)
                 self.built = True
-        passes = self._hvd_settings["backward_passes_per_step"]
-        if passes <= 1:
+        helper = self._agg_helper
+        if helper is None:
             if not self._hvd_take_pre_reduced(grads):
                 grads = self._allreduce(grads, trainable_variables)
             return super().apply(grads, trainable_variables)
-        return self._apply_aggregated(grads, trainable_variables, passes)
+        reduce = not self._hvd_take_pre_reduced(grads)
 
-    def _apply_aggregated(self, grads: List[Any], variables: List[Any], passes: int) -> Any:
-        state = state_of(self)
-        if state.accumulators is None:
-            raise RuntimeError("Distributed optimizer with backward_passes_per_step > 1 was not "
-                               "built.")
-        index = {id(v): i for i, v in enumerate(self._trainable_variables)}
-        slots = [index[id(v)] for v in variables]
-        present = [k for k, g in enumerate(grads) if g is not None]
-        for k in present:
-            state.accumulators[slots[k]].assign_add(tf.convert_to_tensor(grads[k]))
-        count = state.counter.assign_add(1)
-        average = self._hvd_settings["average_aggregated_gradients"]
-
-        def apply_step() -> tf.Tensor:
-            summed = [tf.identity(state.accumulators[slots[k]]) for k in present]
-            if average:
-                summed = [g / passes for g in summed]
-            reduced = self._allreduce(summed, [variables[k] for k in present])
+        def allreduce_and_apply(summed: List[Any], variables: List[Any]) -> Any:
+            if reduce:
+                summed = self._allreduce(summed, variables)
             # `super()` without arguments does not work inside a nested function.
-            super(_DistributedMixin, self).apply(reduced, [variables[k] for k in present])
-            with tf.control_dependencies(reduced):
-                for k in present:
-                    state.accumulators[slots[k]].assign(
-                        tf.zeros_like(state.accumulators[slots[k]]))
-            return tf.constant(True)
+            super(_DistributedMixin, self).apply(summed, variables)
+            return None
 
-        tf.cond(tf.equal(count % passes, 0), apply_step, lambda: tf.constant(False))
+        helper.step(grads, trainable_variables, allreduce_and_apply, self._iterations)
         return self._iterations
 
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-from horovod_compat._keras.optimizer_base import CallableList, HorovodOptimizerMixin, state_of
+from horovod_compat._keras.optimizer_base import CallableList, HorovodOptimizerMixin
 
 
 def _tf_keras() -> Any:
@@ -82,46 +82,21 @@ class _Keras2DistributedMixin(HorovodOptimizerMixin):
 
     def _hvd_apply_aggregated(self, grads: List[Any], variables: List[Any], passes: int,
                               reduce: bool, args: tuple, kwargs: dict) -> Any:
-        state = state_of(self)
-        if state.accumulators is None:
-            state.accumulators = {}  # id(var) -> (var, accumulator variable)
         present = [k for k, g in enumerate(grads) if g is not None]
         if not present:
             return super().apply_gradients(list(zip(grads, variables)), *args, **kwargs)
         self._hvd_prepare([variables[k] for k in present])
-        with tf.init_scope():
-            if state.counter is None:
-                state.counter = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                            name="hvd_backward_passes")
-            for k in present:
-                var = variables[k]
-                if id(var) not in state.accumulators:
-                    state.accumulators[id(var)] = (var, tf.Variable(
-                        tf.zeros(tuple(var.shape), dtype=var.dtype.base_dtype),
-                        trainable=False, name="hvd_accumulator"))
-        accs = [state.accumulators[id(variables[k])][1] for k in present]
-        updates = [acc.assign_add(tf.cast(_dense(grads[k]), acc.dtype))
-                   for acc, k in zip(accs, present)]
-        with tf.control_dependencies(updates):
-            count = state.counter.assign_add(1)
-        average = self._hvd_settings["average_aggregated_gradients"]
-        present_vars = [variables[k] for k in present]
+        helper = self._agg_helper
 
-        def apply_step() -> tf.Tensor:
-            summed = [tf.identity(acc) for acc in accs]
-            if average:
-                summed = [g / passes for g in summed]
+        def allreduce_and_apply(summed: List[Any], present_vars: List[Any]) -> Any:
             if reduce:
                 summed = self._allreduce(summed, present_vars)
             # Zero-argument super() does not work inside a nested function.
             super(_Keras2DistributedMixin, self).apply_gradients(
                 list(zip(summed, present_vars)), *args, **kwargs)
-            with tf.control_dependencies(summed):
-                clears = [acc.assign(tf.zeros_like(acc)) for acc in accs]
-            with tf.control_dependencies(clears):
-                return tf.constant(True)
+            return None
 
-        tf.cond(tf.equal(count % passes, 0), apply_step, lambda: tf.constant(False))
+        helper.step(grads, variables, allreduce_and_apply, self.iterations)
         return self.iterations
 
     # -- gradient computation ----------------------------------------------------------------

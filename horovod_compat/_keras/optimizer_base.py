@@ -2,7 +2,7 @@
 ``tf_keras`` (``_keras/keras2.py``): Horovod's attributes, the gradient allreduce with local
 variables, and the record of gradients ``compute_gradients`` already reduced."""
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -17,13 +17,89 @@ class CallableList(list):
         return self
 
 
+class AggregationHelper:
+    """Local gradient aggregation of a Keras distributed optimizer with
+    ``backward_passes_per_step > 1`` (what Horovod exposes as ``opt._agg_helper``).
+
+    Each pass adds its gradients to per-variable sums; the pass that completes
+    ``backward_passes_per_step`` passes allreduces the sums (divided by the pass count with
+    ``average_aggregated_gradients``), applies them and clears them. The other passes only
+    advance the optimizer's ``iterations``, so step counters and schedules see every pass.
+    ``counter`` is the number of passes since the last update (``steps % passes``).
+    """
+
+    def __init__(self, backward_passes_per_step: int, average_aggregated_gradients: bool,
+                 sparse_as_dense: bool) -> None:
+        if backward_passes_per_step <= 0:
+            raise ValueError("backward_passes_per_step must be > 0")
+        self.backward_passes_per_step = backward_passes_per_step
+        self.average_aggregated_gradients = average_aggregated_gradients
+        self.sparse_as_dense = sparse_as_dense
+        with tf.init_scope():
+            self.counter = tf.Variable(0, dtype=tf.int32, trainable=False, name="agg_counter")
+        self._sums: Dict[int, Tuple[Any, tf.Variable]] = {}  # id(var) -> (var, its sum)
+
+    def _dense(self, grad: Any) -> Any:
+        if isinstance(grad, tf.IndexedSlices):
+            if not self.sparse_as_dense:
+                raise ValueError("IndexedSlices are not supported when "
+                                 "`backward_passes_per_step` > 1 and `sparse_as_dense` is "
+                                 "False; pass sparse_as_dense=True to DistributedOptimizer.")
+            return tf.convert_to_tensor(grad)
+        return tf.convert_to_tensor(grad)
+
+    def _sum_of(self, var: Any) -> tf.Variable:
+        entry = self._sums.get(id(var))
+        if entry is None:
+            dtype = tf.as_dtype(var.dtype).base_dtype
+            with tf.init_scope():
+                entry = (var, tf.Variable(tf.zeros(tuple(var.shape), dtype=dtype),
+                                          trainable=False, name="hvd_aggregated_grad"))
+            self._sums[id(var)] = entry
+        return entry[1]
+
+    def step(self, grads: Sequence[Any], variables: Sequence[Any],
+             apply_fn: Callable[[List[Any], List[Any]], Any], iterations: Any) -> tf.Tensor:
+        """One backward pass: accumulates ``grads``; on the last pass of a step calls
+        ``apply_fn(summed_grads, variables)`` (which allreduces and applies, advancing
+        ``iterations``), otherwise advances ``iterations``. Returns whether it applied."""
+        present = [k for k, g in enumerate(grads) if g is not None]
+        dense = {k: self._dense(grads[k]) for k in present}
+        sums = [self._sum_of(variables[k]) for k in present]
+        updates = [acc.assign_add(tf.cast(dense[k], acc.dtype))
+                   for acc, k in zip(sums, present)]
+        with tf.control_dependencies(updates):
+            count = self.counter.assign_add(1)
+        present_vars = [variables[k] for k in present]
+        passes = self.backward_passes_per_step
+
+        def apply_step() -> tf.Tensor:
+            summed = [tf.identity(acc) for acc in sums]
+            if self.average_aggregated_gradients:
+                summed = [g / tf.cast(passes, g.dtype) for g in summed]
+            applied = apply_fn(summed, present_vars)
+            deps = [t for t in [applied] + summed if isinstance(t, (tf.Tensor, tf.Operation))]
+            with tf.control_dependencies(deps):
+                resets = [acc.assign(tf.zeros_like(acc)) for acc in sums]
+                resets.append(self.counter.assign(0))
+            with tf.control_dependencies(resets):
+                return tf.constant(True)
+
+        def skip_step() -> tf.Tensor:
+            advanced = iterations.assign_add(1)
+            deps = [advanced] if isinstance(advanced, (tf.Tensor, tf.Operation)) else []
+            with tf.control_dependencies(deps):
+                return tf.constant(False)
+
+        return tf.cond(tf.equal(count, passes), apply_step, skip_step)
+
+
 class OptimizerState:
     """Horovod state of one optimizer instance: a plain container, so what it holds is not
     tracked by Keras/TF checkpointing."""
 
     def __init__(self) -> None:
-        self.accumulators: Any = None  # backward_passes_per_step > 1: the gradient sums
-        self.counter: Optional[tf.Variable] = None
+        self.agg_helper: Optional[AggregationHelper] = None  # backward_passes_per_step > 1
         self.local_vars: set = set()
         # What compute_gradients last returned, already allreduced: applying those must not
         # reduce them a second time (compute_gradients + apply_gradients reduces once).
@@ -51,6 +127,19 @@ class HorovodOptimizerMixin:
     @property
     def scale_local_gradients(self) -> bool:
         return self._hvd_settings["scale_local_gradients"]
+
+    @property
+    def _agg_helper(self) -> Optional[AggregationHelper]:
+        """The local gradient aggregation (``backward_passes_per_step > 1``), else None."""
+        s = self._hvd_settings
+        passes = s.get("backward_passes_per_step", 1)
+        if passes <= 1:
+            return None
+        state = state_of(self)
+        if state.agg_helper is None:
+            state.agg_helper = AggregationHelper(passes, s["average_aggregated_gradients"],
+                                                 s["sparse_as_dense"])
+        return state.agg_helper
 
     @property
     def _local_vars(self) -> set:

@@ -96,7 +96,9 @@ def test_backward_passes_per_step(run_eagerly, average):
         ref_w, ref_b = ref_w - LR * total_w, ref_b - LR * total_b
     np.testing.assert_allclose(w, ref_w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(b, ref_b, rtol=1e-5, atol=1e-5)
-    assert int(opt.iterations.numpy()) == epochs
+    # iterations advances on every pass (API.md 1.18), not only on the applying ones.
+    assert int(opt.iterations.numpy()) == epochs * passes
+    assert int(opt._agg_helper.counter.numpy()) == 0
 
 
 def test_optimizer_class_config_and_variables():

@@ -47,6 +47,8 @@ KEY_CHECKS = {
     "partial_distributed_optimizer",
     "elastic_state[new]",
     "elastic_state[legacy]",
+    "backward_passes_embedding[new,eager=False,average=True]",
+    "backward_passes_embedding[legacy,eager=True,average=False]",
 }
 
 

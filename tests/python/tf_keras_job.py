@@ -113,7 +113,9 @@ def check_backward_passes(flavour, average):
           shuffle=False, verbose=0)
     got = m.get_weights()
     assert_same_on_all_ranks(got)
-    assert int(opt.iterations.numpy()) == epochs
+    # iterations advances on every pass (API.md 1.18); the helper's counter is steps % passes.
+    assert int(opt.iterations.numpy()) == epochs * passes
+    assert int(opt._agg_helper.counter.numpy()) == 0
 
     # Reference: the same plain optimizer, fed the sum (or mean) over the passes of the
     # global-batch gradient of each pass.
@@ -135,6 +137,71 @@ def check_backward_passes(flavour, average):
     for g, w in zip(got, ref.get_weights()):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     check(f"backward_passes[{flavour},average={average}]")
+
+
+def check_backward_passes_embedding(flavour, run_eagerly, average):
+    """Embedding (IndexedSlices) gradients with sparse_as_dense=True, a pass left pending at
+    the end: weights as a single process fed the same accumulated global-batch gradients."""
+    passes, total_passes, vocab, dim = 3, 7, 10, 3
+    size = hvd.size()
+    rng = np.random.RandomState(7)
+    n = total_passes * size * ROWS
+    x = rng.randint(0, vocab, size=(n, 2)).astype(np.int32)
+    y = (x[:, :1] * 0.1 - 0.3).astype(np.float32)
+
+    def rows(j, r):
+        start = (j * size + r) * ROWS
+        return np.arange(start, start + ROWS)
+
+    def emb_model():
+        m = K.Sequential([K.Input((2,), dtype="int32"), K.layers.Embedding(vocab, dim),
+                          K.layers.Flatten(), K.layers.Dense(1)])
+        r = np.random.RandomState(3)
+        m.set_weights([w.astype(np.float32) for w in
+                       (r.randn(vocab, dim), r.randn(2 * dim, 1), r.randn(1))])
+        return m
+
+    m = emb_model()
+    opt = hvdk.DistributedOptimizer(sgd(flavour, momentum=0.0), backward_passes_per_step=passes,
+                                    average_aggregated_gradients=average, sparse_as_dense=True)
+    m.compile(optimizer=opt, loss="mse", run_eagerly=run_eagerly)
+    mine = np.concatenate([rows(j, hvd.rank()) for j in range(total_passes)])
+    m.fit(x[mine], y[mine], batch_size=ROWS, epochs=1, shuffle=False, verbose=0)
+    got = m.get_weights()
+    assert_same_on_all_ranks(got)
+    assert int(opt.iterations.numpy()) == total_passes
+    assert int(opt._agg_helper.counter.numpy()) == total_passes % passes
+
+    ref = emb_model()
+    ref_opt = sgd(flavour, momentum=0.0)
+    loss_fn = K.losses.MeanSquaredError()
+    total = None
+    for j in range(total_passes):
+        batch = np.concatenate([rows(j, r) for r in range(size)])
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[batch], ref(x[batch]))
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, ref.trainable_variables)]
+        total = grads if total is None else [a + b for a, b in zip(total, grads)]
+        if (j + 1) % passes == 0:
+            if average:
+                total = [g / passes for g in total]
+            ref_opt.apply_gradients(zip(total, ref.trainable_variables))
+            total = None
+    for g, w in zip(got, ref.get_weights()):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+    plain = hvdk.DistributedOptimizer(sgd(flavour), backward_passes_per_step=2)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y[:ROWS], ref(x[:ROWS]))
+    grads = tape.gradient(loss, ref.trainable_variables)
+    assert isinstance(grads[0], tf.IndexedSlices)
+    try:
+        plain.apply_gradients(zip(grads, ref.trainable_variables))
+    except ValueError as e:
+        assert "sparse_as_dense" in str(e), e
+    else:
+        raise AssertionError("IndexedSlices without sparse_as_dense must raise ValueError")
+    check(f"backward_passes_embedding[{flavour},eager={run_eagerly},average={average}]")
 
 
 def check_options(flavour):
@@ -488,6 +555,8 @@ def main():
     check_fit_matches_reference("legacy", True, "hvdk")
     for flavour in ("new", "legacy"):
         check_backward_passes(flavour, average=(flavour == "legacy"))
+        check_backward_passes_embedding(flavour, run_eagerly=False, average=True)
+        check_backward_passes_embedding(flavour, run_eagerly=True, average=False)
         check_options(flavour)
         check_config_and_validation(flavour)
         check_broadcast_callback(flavour)
