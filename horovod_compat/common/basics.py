@@ -2,7 +2,7 @@
 
 import atexit
 import os
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from horovod_compat import _core
 from horovod_compat.common import launch_env as _launch_env
@@ -231,6 +231,11 @@ class HorovodBasics:
         if code < 0:
             raise self._process_set_error(process_set_id, code)
         return list(ranks)
+
+    def _get_process_set_ids_and_ranks(self) -> Dict[int, List[int]]:
+        """Every registered process set: id -> its global ranks in ascending order (Horovod's
+        private helper, used by code that checks dynamic process sets)."""
+        return {i: sorted(self._process_set_ranks(i)) for i in self._process_set_ids()}
 
     def _add_process_set(self, ranks: List[int]) -> int:
         value = _core.add_process_set(ranks)
