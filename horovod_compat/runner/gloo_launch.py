@@ -187,7 +187,8 @@ def rank_env(slot: Slot, rendezvous: Tuple[str, int], args: argparse.Namespace) 
     if timeout is not None:
         env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(timeout)
     if args.nics:
-        env["HOROVOD_GLOO_IFACE"] = args.nics
+        # The transport listens on one interface; NCCL takes the whole list.
+        env["HOROVOD_GLOO_IFACE"] = args.nics.split(",")[0].strip()
         env["NCCL_SOCKET_IFNAME"] = args.nics
     return env
 

@@ -91,6 +91,8 @@ def test_rank_environment():
     assert "HOROVOD_GLOO_IFACE" not in env
     assert "HOROVOD_GLOO_TIMEOUT_SECONDS" not in gloo_launch.rank_env(slot, ("h", 1), _args("x"))
     assert launch.runtime_env(args)["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "9"
+    env = gloo_launch.rank_env(slot, ("h", 1), _args("--network-interface", "eth1,eth2", "x"))
+    assert env["HOROVOD_GLOO_IFACE"] == "eth1" and env["NCCL_SOCKET_IFNAME"] == "eth1,eth2"
 
 
 def test_local_and_forwarded_environments():

@@ -209,3 +209,30 @@ def test_example_under_horovodrun_gloo(tmp_path):
     accuracy = re.findall(r"Test accuracy: ([\d.]+)", out)
     assert len(diff) == 1 and float(diff[0]) < 1e-5, out[-8000:]
     assert len(accuracy) == 1 and float(accuracy[0]) > 0.65, out[-8000:]
+
+
+def _netns_cluster():
+    """The pretend cluster's script when its hosts hvhost1 and hvhost2 are up, else None."""
+    path = os.environ.get("HVDC_NETNS_CLUSTER") or os.path.join(
+        os.path.dirname(ROOT), "shared", "tools", "netns-cluster")
+    if not os.access(path, os.X_OK):
+        return None
+    try:
+        hosts = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True,
+                               timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if {"hvhost1", "hvhost2"} <= set(hosts) else None
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(_netns_cluster() is None,
+                    reason="the netns cluster is not up (netns-cluster up 2; set "
+                           "HVDC_NETNS_CLUSTER to its script)")
+def test_horovodrun_gloo_on_two_netns_hosts(tmp_path):
+    """4 ranks on 2 hosts through the cluster's remote shell: real local and cross sizes."""
+    hosts = [("hvhost1", 2), ("hvhost2", 2)]
+    result = _horovodrun(tmp_path, 4, "-H", "hvhost1:2,hvhost2:2", "--remote-shell",
+                         f"{_netns_cluster()} rsh")
+    assert result.returncode == 0, result.stdout[-8000:]
+    _check(_read_reports(tmp_path, 4), _expected(4, gloo_launch.allocate(hosts, 4)))
