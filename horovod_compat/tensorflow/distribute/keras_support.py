@@ -1,0 +1,58 @@
+"""What Keras needs from HorovodStrategy beyond the tf.distribute API.
+
+Keras (3 and tf_keras) gathers ``predict`` outputs across workers only for
+MultiWorkerMirroredStrategy; for any other strategy it concatenates this process's replicas,
+which under one replica per process would be this rank's slice only. The hook below makes
+``predict`` return every rank's rows, in input order, on every rank. It changes nothing for
+other strategies.
+"""
+
+import sys
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from horovod_compat.tensorflow.distribute.cross_device_ops import _local_value
+
+# Modules whose module-level ``reduce_per_replica`` Keras' predict step calls.
+_TRAINER_MODULES = ("keras.src.backend.tensorflow.trainer", "tf_keras.src.engine.training")
+
+
+def _is_horovod_strategy(strategy: Any) -> bool:
+    from horovod_compat.tensorflow.distribute.strategy import HorovodStrategy
+    return isinstance(strategy, HorovodStrategy)
+
+
+def _gather_rows(value: Any, strategy: Any) -> Any:
+    """Every rank's rows of one predict output, in rank order (= input order per step)."""
+    if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
+        raise NotImplementedError("HorovodStrategy: predict outputs that are sparse or ragged "
+                                  "tensors cannot be gathered across ranks")
+    local = _local_value(value)
+    if local.shape.rank == 0:
+        local = tf.expand_dims(local, 0)
+    return strategy.extended._cross_device_ops.gather_local(local, 0)  # pylint: disable=W0212
+
+
+def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(original, "_hvdc_wrapped", False):
+        return original
+
+    def reduce_per_replica(values: Any, strategy: Any, reduction: str, *args: Any,
+                           **kwargs: Any) -> Any:
+        if reduction == "concat" and _is_horovod_strategy(strategy):
+            return tf.nest.map_structure(lambda v: _gather_rows(v, strategy), values)
+        return original(values, strategy, reduction, *args, **kwargs)
+
+    reduce_per_replica._hvdc_wrapped = True  # type: ignore[attr-defined]
+    reduce_per_replica.__wrapped__ = original  # type: ignore[attr-defined]
+    return reduce_per_replica
+
+
+def install() -> None:
+    """Wraps ``reduce_per_replica`` of each Keras trainer module already imported (idempotent)."""
+    for name in _TRAINER_MODULES:
+        module = sys.modules.get(name)
+        original = getattr(module, "reduce_per_replica", None) if module is not None else None
+        if original is not None:
+            module.reduce_per_replica = _wrap(original)
