@@ -3,8 +3,12 @@
 Keras (3 and tf_keras) gathers ``predict`` outputs across workers only for
 MultiWorkerMirroredStrategy; for any other strategy it concatenates this process's replicas,
 which under one replica per process would be this rank's slice only. The hook below makes
-``predict`` return every rank's rows, in input order, on every rank. It changes nothing for
-other strategies.
+``predict`` return every rank's rows, in input order, on every rank.
+
+Keras 3 also builds a model from its first batch by MEAN-reducing that batch across replicas:
+an allreduce of a whole data batch, which fails when the ranks' shares differ in size (an
+uneven last or only batch). Under HorovodStrategy that reduction returns the local batch (only
+its structure and shapes are used). Neither hook changes anything for other strategies.
 """
 
 import sys
@@ -14,6 +18,7 @@ import tensorflow as tf
 
 from horovod_compat.tensorflow.distribute.cross_device_ops import _local_value
 
+_KERAS3_TRAINER = "keras.src.backend.tensorflow.trainer"
 # Modules whose module-level ``reduce_per_replica`` Keras' predict step calls.
 _TRAINER_MODULES = ("keras.src.backend.tensorflow.trainer", "tf_keras.src.engine.training")
 
@@ -49,10 +54,30 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return reduce_per_replica
 
 
+def _wrap_symbolic_build(original: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(original, "_hvdc_wrapped", False):
+        return original
+
+    def _maybe_symbolic_build(self: Any, *args: Any, **kwargs: Any) -> Any:
+        strategy = getattr(self, "_distribute_strategy", None)
+        if not _is_horovod_strategy(strategy):
+            return original(self, *args, **kwargs)
+        with strategy.extended.local_reductions():
+            return original(self, *args, **kwargs)
+
+    _maybe_symbolic_build._hvdc_wrapped = True  # type: ignore[attr-defined]
+    _maybe_symbolic_build.__wrapped__ = original  # type: ignore[attr-defined]
+    return _maybe_symbolic_build
+
+
 def install() -> None:
-    """Wraps ``reduce_per_replica`` of each Keras trainer module already imported (idempotent)."""
+    """Wraps the hooks of each Keras trainer module already imported (idempotent)."""
     for name in _TRAINER_MODULES:
         module = sys.modules.get(name)
         original = getattr(module, "reduce_per_replica", None) if module is not None else None
         if original is not None:
             module.reduce_per_replica = _wrap(original)
+    trainer_class = getattr(sys.modules.get(_KERAS3_TRAINER), "TensorFlowTrainer", None)
+    build = getattr(trainer_class, "_maybe_symbolic_build", None)
+    if build is not None:
+        trainer_class._maybe_symbolic_build = _wrap_symbolic_build(build)

@@ -7,14 +7,17 @@ starts) and takes the worker count, index and chief flag from the runtime. Every
 reduction, gather and initial-value broadcast goes through horovod_compat's collectives.
 """
 
+import contextlib
+import threading
 import weakref
-from typing import Any, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.python.distribute import collective_all_reduce_strategy as collective_lib
 from tensorflow.python.distribute import collective_util, cross_device_utils, device_util
 from tensorflow.python.distribute import distribute_lib, mirrored_strategy, multi_worker_util
 from tensorflow.python.distribute import numpy_dataset
+from tensorflow.python.distribute import values as values_lib
 from tensorflow.python.distribute.cluster_resolver import cluster_resolver as resolver_lib
 from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver
 from tensorflow.python.trackable import base as trackable_base
@@ -125,6 +128,7 @@ class HorovodExtended(collective_lib.CollectiveAllReduceExtended):
         self._rpc_layer = None
         self._cfer_fn_cache = weakref.WeakKeyDictionary()
         self.experimental_enable_get_next_as_optional = True
+        self._local_reductions = threading.local()
 
     def _get_variable_creator_initial_value(self, replica_id: int, device: str,
                                             primary_var: Any, **kwargs: Any) -> Any:
@@ -145,7 +149,22 @@ class HorovodExtended(collective_lib.CollectiveAllReduceExtended):
 
         return initial_value_fn
 
+    @contextlib.contextmanager
+    def local_reductions(self) -> Iterator[None]:
+        """Within this block (this thread only), reductions return the local value unreduced.
+
+        For Keras 3's model build, which reduces a data batch only to learn its structure."""
+        self._local_reductions.active = True
+        try:
+            yield
+        finally:
+            self._local_reductions.active = False
+
     def _reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any) -> Any:
+        if getattr(self._local_reductions, "active", False):
+            return tf.nest.map_structure(
+                lambda v: v.values[0] if isinstance(v, values_lib.DistributedValues) else v,
+                value)
         # The collective extended class reduces one value; strategy.reduce may pass a nested
         # structure (Keras reduces a whole (x, y) batch), so map over it.
         reduce_one = super()._reduce_to
