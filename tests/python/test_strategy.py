@@ -446,3 +446,14 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="ClusterResolver"):
         HorovodStrategy(cluster_resolver={"worker": addresses(1)})
 
+
+
+def test_xla_is_turned_off_with_a_warning(strategy):
+    with strategy.scope():
+        model = build_model(initial_weights())
+    with pytest.warns(UserWarning, match="cannot be compiled by XLA"):
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    assert model.jit_compile is False
+    plain = build_model(initial_weights())
+    plain.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    assert plain.jit_compile is True

@@ -8,10 +8,16 @@ which under one replica per process would be this rank's slice only. The hook be
 Keras 3 also builds a model from its first batch by MEAN-reducing that batch across replicas:
 an allreduce of a whole data batch, which fails when the ranks' shares differ in size (an
 uneven last or only batch). Under HorovodStrategy that reduction returns the local batch (only
-its structure and shapes are used). Neither hook changes anything for other strategies.
+its structure and shapes are used).
+
+Keras 3 turns XLA on by itself on a machine with a GPU (``jit_compile="auto"``), and the
+runtime's collectives have no XLA lowering: a model built under HorovodStrategy answers "no" to
+``model_supports_jit``, with a warning, so Keras trains it without XLA. None of the hooks
+changes anything for other strategies.
 """
 
 import sys
+import warnings
 from typing import Any, Callable
 
 import tensorflow as tf
@@ -19,6 +25,7 @@ import tensorflow as tf
 from horovod_compat.tensorflow.distribute.cross_device_ops import _local_value
 
 _KERAS3_TRAINER = "keras.src.backend.tensorflow.trainer"
+_KERAS3_TRAINERS = "keras.src.trainers.trainer"
 # Modules whose module-level ``reduce_per_replica`` Keras' predict step calls.
 _TRAINER_MODULES = ("keras.src.backend.tensorflow.trainer", "tf_keras.src.engine.training")
 
@@ -70,6 +77,22 @@ def _wrap_symbolic_build(original: Callable[..., Any]) -> Callable[..., Any]:
     return _maybe_symbolic_build
 
 
+def _wrap_supports_jit(original: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(original, "_hvdc_strategy_wrapped", False):
+        return original
+
+    def model_supports_jit(model: Any) -> bool:
+        if _is_horovod_strategy(getattr(model, "_distribute_strategy", None)):
+            warnings.warn("horovod_compat: HorovodStrategy's collectives cannot be compiled by "
+                          "XLA; this model runs with jit_compile=False.", stacklevel=3)
+            return False
+        return original(model)
+
+    model_supports_jit._hvdc_strategy_wrapped = True  # type: ignore[attr-defined]
+    model_supports_jit.__wrapped__ = original  # type: ignore[attr-defined]
+    return model_supports_jit
+
+
 def install() -> None:
     """Wraps the hooks of each Keras trainer module already imported (idempotent)."""
     for name in _TRAINER_MODULES:
@@ -81,3 +104,7 @@ def install() -> None:
     build = getattr(trainer_class, "_maybe_symbolic_build", None)
     if build is not None:
         trainer_class._maybe_symbolic_build = _wrap_symbolic_build(build)
+    trainers = sys.modules.get(_KERAS3_TRAINERS)
+    supports_jit = getattr(trainers, "model_supports_jit", None)
+    if supports_jit is not None:
+        trainers.model_supports_jit = _wrap_supports_jit(supports_jit)
