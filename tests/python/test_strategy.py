@@ -6,6 +6,7 @@ global batches in input order (every rank computes it locally).
 """
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -457,3 +458,69 @@ def test_xla_is_turned_off_with_a_warning(strategy):
     plain = build_model(initial_weights())
     plain.compile(optimizer="sgd", loss="mse", jit_compile=True)
     assert plain.jit_compile is True
+
+
+def test_checkpoint_saved_on_rank0_restored_on_all(strategy, tmp_path):
+    x, y = global_data()
+    directory = hvd.broadcast_object(str(tmp_path), root_rank=0)  # rank 0's folder, one host
+    path = os.path.join(directory, "strategy-ckpt")
+
+    def fresh_model():
+        with strategy.scope():
+            model = build_model(initial_weights(seed=21))
+            model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.5), loss="mse",
+                          metrics=["mae"])
+        return model
+
+    trained = fresh_model()
+    trained.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    # Reading mirrored variables needs no collective: rank 0 writes alone.
+    if hvd.rank() == 0:
+        tf.train.Checkpoint(model=trained, optimizer=trained.optimizer).write(path)
+        trained.save(path + ".keras")
+    hvd.barrier()
+
+    restored = fresh_model()
+    with strategy.scope():
+        restored.optimizer.build(restored.trainable_variables)
+    tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).read(path).expect_partial()
+    np.testing.assert_array_equal(flat(restored.get_weights()), flat(trained.get_weights()))
+    assert int(restored.optimizer.iterations.numpy()) == ROWS // GLOBAL_BATCH
+    np.testing.assert_array_equal(flat(v.numpy() for v in restored.optimizer.variables),
+                                  flat(v.numpy() for v in trained.optimizer.variables))
+    with strategy.scope():
+        loaded = keras.models.load_model(path + ".keras")
+    np.testing.assert_array_equal(flat(loaded.get_weights()), flat(trained.get_weights()))
+    # Training on from the restored state continues identically on every rank.
+    restored.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    trained.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    np.testing.assert_array_equal(flat(restored.get_weights()), flat(trained.get_weights()))
+    assert_identical_on_all_ranks(restored.get_weights())
+
+
+def test_mixed_precision_fit_matches_single_process(strategy):
+    x, y = global_data()
+
+    def mixed_model():
+        model = keras.Sequential([
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(4, activation="tanh", dtype="mixed_float16"),
+            keras.layers.Dense(2, dtype="mixed_float16"),
+            keras.layers.Activation("linear", dtype="float32")])
+        model.set_weights(initial_weights())
+        # A small loss scale that never overflows: with the default (2**15) the number of
+        # skipped steps depends on the per-replica loss magnitude, so it would differ from
+        # the single-process run by design, not by error.
+        model.compile(optimizer=keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.05), initial_scale=16.0), loss="mse")
+        return model
+
+    with strategy.scope():
+        model = mixed_model()
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
+    assert model.layers[0].compute_dtype == "float16"
+    assert_identical_on_all_ranks(model.get_weights())
+    reference = mixed_model()
+    reference.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
+    np.testing.assert_allclose(flat(model.get_weights()), flat(reference.get_weights()),
+                               rtol=2e-2, atol=2e-3)
