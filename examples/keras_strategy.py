@@ -41,7 +41,7 @@ def dataset(x, y, global_batch, shuffle_seed=None):
     if shuffle_seed is not None:
         # The same seed on every rank: all ranks see the same order, and the strategy hands
         # each rank its own part of every global batch.
-        ds = ds.shuffle(len(x), seed=shuffle_seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(10000, seed=shuffle_seed, reshuffle_each_iteration=True)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return ds.batch(global_batch).with_options(options)

@@ -524,3 +524,34 @@ def test_mixed_precision_fit_matches_single_process(strategy):
     reference.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
     np.testing.assert_allclose(flat(model.get_weights()), flat(reference.get_weights()),
                                rtol=2e-2, atol=2e-3)
+
+
+def test_loss_scale_skips_a_step_on_every_rank_when_one_rank_overflows(strategy):
+    x, y = global_data()
+    # The last row of the first global batch belongs to the last rank: only its gradients
+    # overflow float16 in step 1 (1e5 error x loss scale 16).
+    y = y.copy()
+    y[GLOBAL_BATCH - 1] = 1e5
+
+    def mixed_model():
+        model = keras.Sequential([
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(4, activation="tanh", dtype="mixed_float16"),
+            keras.layers.Dense(2, dtype="mixed_float16"),
+            keras.layers.Activation("linear", dtype="float32")])
+        model.set_weights(initial_weights())
+        model.compile(optimizer=keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.05), initial_scale=16.0), loss="mse")
+        return model
+
+    with strategy.scope():
+        model = mixed_model()
+    model.fit(x[:GLOBAL_BATCH], y[:GLOBAL_BATCH], batch_size=GLOBAL_BATCH, epochs=1,
+              shuffle=False, verbose=0)
+    # Skipped everywhere: weights untouched, the loss scale halved, ranks identical.
+    np.testing.assert_array_equal(flat(model.get_weights()), flat(initial_weights()))
+    assert float(model.optimizer.dynamic_scale.numpy()) == 8.0
+    assert_identical_on_all_ranks(model.get_weights())
+    model.fit(x[GLOBAL_BATCH:], y[GLOBAL_BATCH:], batch_size=GLOBAL_BATCH, epochs=1,
+              shuffle=False, verbose=0)
+    assert_identical_on_all_ranks(model.get_weights())

@@ -14,6 +14,12 @@ Keras 3 turns XLA on by itself on a machine with a GPU (``jit_compile="auto"``),
 runtime's collectives have no XLA lowering: a model built under HorovodStrategy answers "no" to
 ``model_supports_jit``, with a warning, so Keras trains it without XLA. None of the hooks
 changes anything for other strategies.
+
+Keras 3's LossScaleOptimizer decides whether to apply a step from this replica's gradients
+before they are reduced, assuming replicas agree; across processes they need not (one rank's
+batch may overflow), and a rank that skips the step would leave the others waiting in the
+gradient allreduce. Under HorovodStrategy the finite flag is reduced (logical AND) over all
+ranks, so every rank applies or skips the same steps.
 """
 
 import sys
@@ -22,10 +28,12 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from horovod_compat.tensorflow import mpi_ops
 from horovod_compat.tensorflow.distribute.cross_device_ops import _local_value
 
 _KERAS3_TRAINER = "keras.src.backend.tensorflow.trainer"
 _KERAS3_TRAINERS = "keras.src.trainers.trainer"
+_KERAS3_LOSS_SCALE = "keras.src.optimizers.loss_scale_optimizer"
 # Modules whose module-level ``reduce_per_replica`` Keras' predict step calls.
 _TRAINER_MODULES = ("keras.src.backend.tensorflow.trainer", "tf_keras.src.engine.training")
 
@@ -93,6 +101,22 @@ def _wrap_supports_jit(original: Callable[..., Any]) -> Callable[..., Any]:
     return model_supports_jit
 
 
+def _wrap_check_finite(original: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(original, "_hvdc_wrapped", False):
+        return original
+
+    def check_finite(self: Any, grads: Any) -> Any:
+        finite = original(self, grads)
+        if _is_horovod_strategy(tf.distribute.get_strategy()) and mpi_ops.size() > 1:
+            everywhere = mpi_ops._allreduce(tf.cast(finite, tf.int32), op=mpi_ops.Min)
+            finite = tf.greater(everywhere, 0)
+        return finite
+
+    check_finite._hvdc_wrapped = True  # type: ignore[attr-defined]
+    check_finite.__wrapped__ = original  # type: ignore[attr-defined]
+    return check_finite
+
+
 def install() -> None:
     """Wraps the hooks of each Keras trainer module already imported (idempotent)."""
     for name in _TRAINER_MODULES:
@@ -108,3 +132,6 @@ def install() -> None:
     supports_jit = getattr(trainers, "model_supports_jit", None)
     if supports_jit is not None:
         trainers.model_supports_jit = _wrap_supports_jit(supports_jit)
+    loss_scale = getattr(sys.modules.get(_KERAS3_LOSS_SCALE), "LossScaleOptimizer", None)
+    if loss_scale is not None and hasattr(loss_scale, "check_finite"):
+        loss_scale.check_finite = _wrap_check_finite(loss_scale.check_finite)
