@@ -67,3 +67,6 @@ import importlib.util as _importlib_util  # noqa: E402
 if _importlib_util.find_spec("horovod_compat.tensorflow.sync_batch_norm") is not None:
     from horovod_compat.tensorflow import sync_batch_norm  # noqa: F401
     from horovod_compat.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+
+# tf.distribute on the runtime (hvd.distribute.HorovodStrategy).
+from horovod_compat.tensorflow import distribute  # noqa: E402,F401

@@ -92,3 +92,11 @@ def test_resnet50_synthetic(tmp_path, extra):
     assert len(iters) == 3 and all(x > 0 for x in iters), out[-8000:]
     assert _number(r"Img/sec per rank: ([\d.]+) \+-[\d.]+", out) > 0, out[-8000:]
     assert _number(r"Total img/sec on 2 rank\(s\): ([\d.]+) \+-[\d.]+", out) > 0, out[-8000:]
+
+
+def test_keras_strategy(tmp_path):
+    out = _run_example(tmp_path, "keras_strategy.py", "--short",
+                       "--checkpoint", str(tmp_path / "strategy.weights.h5"))
+    assert _number(r"Test accuracy: ([\d.]+)", out) > 0.6, out[-8000:]
+    assert _number(r"Max weight difference from rank 0: (\S+)", out) == 0.0, out[-8000:]
+    assert (tmp_path / "strategy.weights.h5").exists()     # written by rank 0 alone
