@@ -97,7 +97,8 @@ def _exit_status(error: SystemExit) -> int:
 def _fail_fast(code: int) -> None:
     """Ends a failing rank at once, skipping MPI_Finalize. Open MPI then takes the whole job down
     and reports this rank's code; a rank that finalized first would leave its peers waiting."""
-    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0"))
+    from horovod_compat.common.launch_env import launcher_rank
+    rank = launcher_rank(os.environ)
     sys.stderr.write(f"horovod_compat: rank {rank} failed with exit code {code}\n")
     for stream in (sys.stdout, sys.stderr):
         try:

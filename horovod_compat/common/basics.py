@@ -2,9 +2,10 @@
 
 import atexit
 import os
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from horovod_compat import _core
+from horovod_compat.common import launch_env as _launch_env
 from horovod_compat.common import process_sets as _ps
 
 _NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
@@ -52,6 +53,8 @@ class HorovodBasics:
         if _core.is_initialized():
             _ps._init_process_sets(process_sets)
             return
+        # A TF_CONFIG cluster becomes the identity variables the TCP transport reads.
+        _launch_env.prepare(os.environ)
         ranks: List[int] = []
         comm_addr = 0
         if comm is not None:
@@ -154,12 +157,14 @@ class HorovodBasics:
         return bool(_core.mpi_built())
 
     def gloo_enabled(self) -> bool:
-        """Gloo is not available in this release."""
-        return False
+        """Whether the TCP transport (Horovod's Gloo controller) is in use at runtime."""
+        query = getattr(_core, "gloo_enabled", None)
+        return bool(query()) if query is not None else False
 
     def gloo_built(self) -> bool:
-        """Gloo is not available in this release."""
-        return False
+        """Whether the runtime was compiled with the TCP transport (Horovod's Gloo)."""
+        query = getattr(_core, "gloo_built", None)
+        return bool(query()) if query is not None else False
 
     def nccl_built(self) -> int:
         """NCCL_VERSION_CODE if compiled with NCCL, else 0."""
@@ -226,6 +231,11 @@ class HorovodBasics:
         if code < 0:
             raise self._process_set_error(process_set_id, code)
         return list(ranks)
+
+    def _get_process_set_ids_and_ranks(self) -> Dict[int, List[int]]:
+        """Every registered process set: id -> its global ranks in ascending order (Horovod's
+        private helper, used by code that checks dynamic process sets)."""
+        return {i: sorted(self._process_set_ranks(i)) for i in self._process_set_ids()}
 
     def _add_process_set(self, ranks: List[int]) -> int:
         value = _core.add_process_set(ranks)

@@ -59,8 +59,10 @@ def mpi_built(verbose: bool = False) -> bool:
 
 
 def gloo_built(verbose: bool = False) -> bool:
-    """Whether the runtime was compiled with Gloo (never, in this release)."""
-    return False
+    """Whether the runtime was compiled with the TCP transport (Horovod's Gloo)."""
+    from horovod_compat import _core
+    query = getattr(_core, "gloo_built", None)
+    return bool(query()) if query is not None else False
 
 
 def nccl_built(verbose: bool = False) -> int:

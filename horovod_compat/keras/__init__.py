@@ -16,7 +16,7 @@ from horovod_compat import _keras
 from horovod_compat import tensorflow as _hvd
 from horovod_compat.tensorflow.keras import (allgather, broadcast,  # noqa: F401
                                              broadcast_global_variables, reducescatter)
-from horovod_compat.keras import callbacks  # noqa: F401
+from horovod_compat.keras import callbacks, elastic  # noqa: F401
 from horovod_compat.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 

@@ -1,5 +1,7 @@
 """``horovodrun``: builds an Open MPI ``mpirun`` command line and environment from Horovod's
-launcher flags, runs it, forwards SIGINT/SIGTERM and exits with the job's exit code."""
+launcher flags, runs it, forwards SIGINT/SIGTERM and exits with the job's exit code. With
+``--gloo`` (or ``HOROVOD_CONTROLLER=gloo``, or when mpirun is not installed) the job runs over
+the TCP transport instead, launched by gloo_launch.py."""
 
 import argparse
 import os
@@ -20,7 +22,8 @@ _NEVER_FORWARDED = ("_HOROVOD_SECRET_KEY",)
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="horovodrun",
-                                description="Launch a horovod_compat job through mpirun.")
+                                description="Launch a horovod_compat job through mpirun, or "
+                                            "over TCP with --gloo.")
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, help="total number of processes")
     p.add_argument("-H", "--hosts", dest="hosts", help="host1:slots,host2:slots,...")
@@ -29,7 +32,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--ssh-port", dest="ssh_port", type=int)
     p.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file")
     p.add_argument("--start-timeout", type=int,
-                   help="seconds to wait for all ranks to start (HOROVOD_START_TIMEOUT)")
+                   help="seconds to wait for all ranks to start (HOROVOD_START_TIMEOUT; with "
+                        "--gloo also the rendezvous timeout unless --gloo-timeout-seconds)")
+    p.add_argument("--gloo-timeout-seconds", type=int,
+                   help="--gloo: seconds each rank waits for the others to register "
+                        "(HOROVOD_GLOO_TIMEOUT_SECONDS, default 30)")
+    p.add_argument("--remote-shell",
+                   help="--gloo: command that runs a shell command on a remote host, called "
+                        "as '<command> HOST CMD' (default: ssh with -p/-i)")
     p.add_argument("--network-interface", "--network-interfaces", dest="nics")
     p.add_argument("--output-filename", help="directory for per-rank output (mpirun)")
     p.add_argument("--fusion-threshold-mb", type=float)
@@ -57,7 +67,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--mpi-args", default="", help="extra arguments for mpirun")
     p.add_argument("--mpi", dest="use_mpi", action="store_true", help="use MPI (the default)")
     p.add_argument("--gloo", dest="use_gloo", action="store_true",
-                   help="not supported: this runtime launches through MPI")
+                   help="run over the TCP transport: spawn the ranks here and over ssh, "
+                        "without mpirun")
     p.add_argument("--no-alias", dest="no_alias", action="store_true",
                    help="do not map 'import horovod...' onto horovod_compat in Python commands")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
@@ -105,6 +116,8 @@ def runtime_env(args: argparse.Namespace) -> Dict[str, str]:
         env["NCCL_IB_DISABLE"] = "1"
     if args.start_timeout is not None:
         env["HOROVOD_START_TIMEOUT"] = str(args.start_timeout)
+    if args.gloo_timeout_seconds is not None:
+        env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(args.gloo_timeout_seconds)
     return env
 
 
@@ -135,18 +148,22 @@ def parse_hostfile(path: str) -> List[Tuple[str, int]]:
     return result
 
 
+def job_hosts(args: argparse.Namespace, local_slots: int) -> List[Tuple[str, int]]:
+    """(host, slots) from -H or --hostfile; this machine with ``local_slots`` otherwise."""
+    if args.hosts:
+        return parse_hosts(args.hosts)
+    if args.hostfile:
+        return parse_hostfile(args.hostfile)
+    return [("localhost", local_slots)]
+
+
 def build_mpirun_command(args: argparse.Namespace, env: Dict[str, str],
                          command: Sequence[str]) -> List[str]:
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise RuntimeError("mpirun not found: install Open MPI (Debian: openmpi-bin)")
     np_ = args.np
-    if args.hosts:
-        hosts = parse_hosts(args.hosts)
-    elif args.hostfile:
-        hosts = parse_hostfile(args.hostfile)
-    else:
-        hosts = [("localhost", os.cpu_count() or 1)]
+    hosts = job_hosts(args, os.cpu_count() or 1)
     slots = sum(s for _, s in hosts)
     if np_ is None:
         np_ = slots
@@ -194,14 +211,16 @@ def check_build() -> str:
     lines.append("    [%s] TensorFlow" % ("X" if tf_ok else " "))
     lines.append("    [ ] PyTorch")
     lines.append("    [ ] MXNet")
-    lines += ["", "Available Controllers:", "    [X] MPI", "    [ ] Gloo", "",
+    from horovod_compat.common.util import gloo_built
+    gloo = "X" if gloo_built() else " "
+    lines += ["", "Available Controllers:", "    [X] MPI", f"    [{gloo}] Gloo", "",
               "Available Tensor Operations:"]
     nccl = False
     if tf_ok:
         from horovod_compat.tensorflow import nccl_built
         nccl = bool(nccl_built())
     lines += ["    [%s] NCCL" % ("X" if nccl else " "), "    [ ] DDL", "    [ ] CCL",
-              "    [X] MPI", "    [ ] Gloo"]
+              "    [X] MPI", f"    [{gloo}] Gloo"]
     return "\n".join(lines)
 
 
@@ -254,8 +273,8 @@ def run_commandline(argv: Optional[Sequence[str]] = None) -> int:
     if args.check_build:
         print(check_build())
         return 0
-    if args.use_gloo:
-        parser.error("--gloo is not supported: horovod_compat launches through MPI")
+    if args.use_gloo and args.use_mpi:
+        parser.error("--gloo and --mpi exclude each other")
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -263,6 +282,8 @@ def run_commandline(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("no command to run")
     if not args.no_alias:
         command = with_alias(command)
+    if use_gloo(args):
+        return _run_gloo(args, command)
     env = dict(os.environ)
     env.update(runtime_env(args))
     for name in _NEVER_FORWARDED:
@@ -292,6 +313,31 @@ def run_commandline(argv: Optional[Sequence[str]] = None) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return _exit_code(returncode)
+
+
+def use_gloo(args: argparse.Namespace) -> bool:
+    """--gloo; else, unless --mpi, HOROVOD_CONTROLLER=gloo or no mpirun installed."""
+    if args.use_gloo:
+        return True
+    if args.use_mpi:
+        return False
+    if os.environ.get("HOROVOD_CONTROLLER", "").strip().lower() == "gloo":
+        return True
+    return shutil.which("mpirun") is None
+
+
+def _run_gloo(args: argparse.Namespace, command: List[str]) -> int:
+    from horovod_compat.runner import gloo_launch
+    if args.mpi_args:
+        print("horovodrun: --mpi-args is ignored: the job runs over TCP (--gloo)",
+              file=sys.stderr, flush=True)
+    try:
+        hosts = job_hosts(args, args.np or 1)
+        return gloo_launch.run_gloo(args, command, runtime_env(args), hosts, _FORWARDED,
+                                    _NEVER_FORWARDED)
+    except (ValueError, RuntimeError) as error:
+        print(f"horovodrun: {error}", file=sys.stderr, flush=True)
+        return 2
 
 
 def main() -> None:

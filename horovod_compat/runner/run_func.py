@@ -48,12 +48,14 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (),
     returns the list of return values ordered by rank. A rank that raises makes this raise
     ``RuntimeError`` naming the rank, with its traceback. ``slots`` and ``disable_cache`` are
     accepted and unused; elastic arguments (``min_np``, ``max_np``, ``reset_limit``,
-    ``cooldown_range``) raise ``NotImplementedError``; ``use_gloo`` raises ``ValueError``."""
+    ``cooldown_range``) raise ``NotImplementedError``. ``use_gloo=True`` runs the job over the
+    TCP transport (``horovodrun --gloo``), ``use_mpi=True`` through mpirun; by default as
+    ``horovodrun`` chooses (docs/tcp.md)."""
     if any(v is not None for v in (min_np, max_np, reset_limit, cooldown_range)):
         raise NotImplementedError("elastic horovod_compat.run (min_np, max_np, reset_limit, "
                                   "cooldown_range) is not supported yet")
-    if use_gloo:
-        raise ValueError("use_gloo is not supported: horovod_compat launches through MPI")
+    if use_gloo and use_mpi:
+        raise ValueError("use_gloo and use_mpi exclude each other")
     from horovod_compat.runner import launch
 
     directory = tempfile.mkdtemp(prefix="hvdc-run-")
@@ -70,7 +72,11 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (),
                 argv += [flag, str(value)]
         if verbose:
             argv.append("--verbose")
-        if mpi_args:
+        if use_gloo:
+            argv.append("--gloo")
+        elif use_mpi:
+            argv.append("--mpi")
+        if mpi_args and not use_gloo:
             argv.append("--mpi-args=" + mpi_args)
         argv += [executable or sys.executable, "-m", "horovod_compat.runner.run_task", directory]
         exit_code = launch.run_commandline(argv)

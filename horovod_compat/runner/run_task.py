@@ -6,14 +6,12 @@ import sys
 import traceback
 
 from horovod_compat import alias
+from horovod_compat.common.launch_env import launcher_rank
 from horovod_compat.runner.run_func import FUNC_FILE, _pickle_module, error_file, result_file
 
 
 def _rank() -> int:
-    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "HOROVOD_RANK"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return 0
+    return launcher_rank(os.environ)
 
 
 def main(directory: str) -> None:
@@ -35,7 +33,7 @@ def main(directory: str) -> None:
         sys.stderr.write(text)
         sys.stderr.write(f"horovod_compat.run: rank {rank} failed with exit code 1\n")
         sys.stderr.flush()
-        # Skip MPI_Finalize so that mpirun takes the whole job down (see alias._fail_fast).
+        # Skip MPI_Finalize so that the launcher takes the whole job down (alias._fail_fast).
         os._exit(1)
 
 

@@ -129,6 +129,31 @@ def _set_size(process_set: ProcessSet, dtype: tf.DType) -> Any:
     return tf.cast(process_set.size(), dtype)
 
 
+def _dtype_of(tensor: Any) -> tf.DType:
+    dtype = getattr(tensor, "dtype", None)
+    if dtype is None:
+        dtype = tf.convert_to_tensor(tensor).dtype
+    return tf.as_dtype(dtype)
+
+
+def _per_dtype(call: Any, tensors: Sequence[Any], name: Optional[str]) -> List[Any]:
+    """``call(part, part_name)`` once per dtype among ``tensors`` (a grouped op takes a single
+    dtype), results back in input order. One dtype: one call with ``name`` unchanged; several:
+    ``name`` gets the dtype as suffix, and unnamed parts are auto-named from their own tensors."""
+    tensors = list(tensors)
+    dtypes = [_dtype_of(t) for t in tensors]
+    distinct = list(dict.fromkeys(dtypes))
+    if len(distinct) <= 1:
+        return call(tensors, name)
+    results: List[Any] = [None] * len(tensors)
+    for dtype in distinct:
+        positions = [i for i, d in enumerate(dtypes) if d == dtype]
+        part_name = None if name is None else f"{name}_{dtype.name}"
+        for i, result in zip(positions, call([tensors[i] for i in positions], part_name)):
+            results[i] = result
+    return results
+
+
 # -- collectives --------------------------------------------------------------------------------
 
 def _allreduce(tensor: Any, name: Optional[str] = None, op: int = Sum,
@@ -152,17 +177,21 @@ def _grouped_allreduce(tensors: Sequence[Any], name: Optional[str] = None, op: i
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        ignore_name_scope: bool = False,
                        process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
-    """Raw grouped allreduce: one op, all tensors of one dtype, negotiated as a unit."""
+    """Raw grouped allreduce: one op per dtype, each negotiated as a unit."""
     if op == Adasum:
         raise NotImplementedError(_ADASUM_MESSAGE)
     process_set_id = _process_set_id(process_set)
-    if name is None:
-        name = _auto_group_name("HorovodGroupedAllreduce", tensors)
-    return MPI_LIB.horovod_grouped_allreduce(list(tensors), name=name, reduce_op=op,
-                                             prescale_factor=prescale_factor,
-                                             postscale_factor=postscale_factor,
-                                             ignore_name_scope=ignore_name_scope,
-                                             process_set_id=process_set_id)
+
+    def one_dtype(part: List[Any], part_name: Optional[str]) -> List[tf.Tensor]:
+        if part_name is None:
+            part_name = _auto_group_name("HorovodGroupedAllreduce", part)
+        return MPI_LIB.horovod_grouped_allreduce(part, name=part_name, reduce_op=op,
+                                                 prescale_factor=prescale_factor,
+                                                 postscale_factor=postscale_factor,
+                                                 ignore_name_scope=ignore_name_scope,
+                                                 process_set_id=process_set_id)
+
+    return _per_dtype(one_dtype, tensors, name)
 
 
 def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool = False,
@@ -181,13 +210,18 @@ def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool =
 def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
                       ignore_name_scope: bool = False,
                       process_set: ProcessSet = global_process_set) -> List[tf.Tensor]:
-    """allgather of each tensor, negotiated as one group (all tensors of one dtype)."""
+    """allgather of each tensor, negotiated as one group per dtype (Horovod accepts a single
+    dtype per call)."""
     process_set_id = _process_set_id(process_set)
-    if name is None:
-        name = _auto_group_name("HorovodGroupedAllgather", tensors)
-    return MPI_LIB.horovod_grouped_allgather(list(tensors), name=name,
-                                             ignore_name_scope=ignore_name_scope,
-                                             process_set_id=process_set_id)
+
+    def one_dtype(part: List[Any], part_name: Optional[str]) -> List[tf.Tensor]:
+        if part_name is None:
+            part_name = _auto_group_name("HorovodGroupedAllgather", part)
+        return MPI_LIB.horovod_grouped_allgather(part, name=part_name,
+                                                 ignore_name_scope=ignore_name_scope,
+                                                 process_set_id=process_set_id)
+
+    return _per_dtype(one_dtype, tensors, name)
 
 
 def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
@@ -297,15 +331,19 @@ def _grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None, o
                            process_set: ProcessSet = global_process_set,
                            prescale_factor: float = 1.0,
                            postscale_factor: float = 1.0) -> List[tf.Tensor]:
-    """Raw grouped reducescatter (default op Sum)."""
+    """Raw grouped reducescatter (default op Sum), one op per dtype."""
     process_set_id = _process_set_id(process_set)
-    if name is None:
-        name = _auto_group_name("HorovodGroupedReducescatter", tensors)
-    return MPI_LIB.horovod_grouped_reducescatter(list(tensors), name=name, reduce_op=op,
-                                                 ignore_name_scope=ignore_name_scope,
-                                                 prescale_factor=prescale_factor,
-                                                 postscale_factor=postscale_factor,
-                                                 process_set_id=process_set_id)
+
+    def one_dtype(part: List[Any], part_name: Optional[str]) -> List[tf.Tensor]:
+        if part_name is None:
+            part_name = _auto_group_name("HorovodGroupedReducescatter", part)
+        return MPI_LIB.horovod_grouped_reducescatter(part, name=part_name, reduce_op=op,
+                                                     ignore_name_scope=ignore_name_scope,
+                                                     prescale_factor=prescale_factor,
+                                                     postscale_factor=postscale_factor,
+                                                     process_set_id=process_set_id)
+
+    return _per_dtype(one_dtype, tensors, name)
 
 
 def join() -> tf.Tensor:
@@ -378,8 +416,24 @@ def _allreduce_grad(op: Any, grad: Any) -> Any:
                       process_set=_op_process_set(op))
 
 
+def _output_grads(op: Any, grads: Sequence[Any]) -> List[Any]:
+    """The incoming gradients, one per output, each in that output's dtype: missing ones as
+    zeros, and TensorFlow's float32 zeros for an unused output of another dtype cast (a grouped
+    op takes one dtype per group)."""
+    out = []
+    for g, output in zip(grads, op.outputs):
+        if g is None:
+            g = tf.zeros_like(output)
+        elif isinstance(g, tf.IndexedSlices):
+            g = tf.convert_to_tensor(g)
+        if g.dtype != output.dtype:
+            g = tf.cast(g, output.dtype)
+        out.append(g)
+    return out
+
+
 def _grouped_allreduce_grad(op: Any, *grads: Any) -> List[Any]:
-    grads = [g if g is not None else tf.zeros_like(out) for g, out in zip(grads, op.outputs)]
+    grads = _output_grads(op, grads)
     return _grouped_allreduce(grads, op=op.get_attr("reduce_op"),
                               prescale_factor=op.get_attr("prescale_factor"),
                               postscale_factor=op.get_attr("postscale_factor"),
@@ -407,9 +461,8 @@ def _allgather_grad(op: Any, grad: Any) -> Any:
 def _grouped_allgather_grad(op: Any, *grads: Any) -> List[Any]:
     process_set = _op_process_set(op)
     ignore_name_scope = op.get_attr("ignore_name_scope")
-    return [_gathered_slice_grad(g if g is not None else tf.zeros_like(out), x,
-                                 ignore_name_scope, process_set)
-            for g, out, x in zip(grads, op.outputs, op.inputs)]
+    return [_gathered_slice_grad(g, x, ignore_name_scope, process_set)
+            for g, x in zip(_output_grads(op, grads), op.inputs)]
 
 
 def _broadcast_grad(op: Any, grad: Any) -> Any:
@@ -423,6 +476,7 @@ def _broadcast_grad(op: Any, grad: Any) -> Any:
 
 def _alltoall_grad(op: Any, grad_wrt_output: Any, grad_wrt_received_splits: Any) -> List[Any]:
     """Sends the gradient back along the forward exchange; splits get no gradient."""
+    grad_wrt_output = _output_grads(op, [grad_wrt_output])[0]
     grad_wrt_tensor, _ = alltoall(grad_wrt_output, splits=op.outputs[1],
                                   ignore_name_scope=op.get_attr("ignore_name_scope"),
                                   process_set=_op_process_set(op))
@@ -450,9 +504,8 @@ def _reducescatter_grad(op: Any, grad: Any) -> Any:
 
 def _grouped_reducescatter_grad(op: Any, *grads: Any) -> List[Any]:
     process_set = _op_process_set(op)
-    grads = [_scale_for_reducescatter_grad(op, g if g is not None else tf.zeros_like(out),
-                                           process_set)
-             for g, out in zip(grads, op.outputs)]
+    grads = [_scale_for_reducescatter_grad(op, g, process_set)
+             for g in _output_grads(op, grads)]
     return grouped_allgather(grads, ignore_name_scope=op.get_attr("ignore_name_scope"),
                              process_set=process_set)
 

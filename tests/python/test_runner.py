@@ -125,6 +125,7 @@ def test_check_build_lists_frameworks(capsys):
     assert launch.run_commandline(["--check-build"]) == 0
     out = capsys.readouterr().out
     assert "[X] TensorFlow" in out and "[X] MPI" in out
+    assert out.count("[X] Gloo") == (2 if hvd.gloo_built() else 0), out
     assert hvd.is_initialized()
 
 

@@ -45,6 +45,8 @@ KEY_CHECKS = {
     "load_model[legacy,h5]",
     "best_model_checkpoint",
     "partial_distributed_optimizer",
+    "elastic_state[new]",
+    "elastic_state[legacy]",
 }
 
 

@@ -425,6 +425,58 @@ def check_sync_batch_norm():
     check("sync_batch_norm")
 
 
+def _optimizer_values(opt):
+    variables = opt.variables
+    return [np.array(v.numpy()) for v in (variables() if callable(variables) else variables)]
+
+
+def check_elastic_state(flavour):
+    """KerasState on tf_keras: restore rolls back, sync gives rank 0's model and optimizer; the
+    elastic callbacks keep the state current during fit."""
+    r = hvd.rank()
+    x, y = global_data(ROWS, seed=7)
+    m = model(initial_weights(10 + r))
+    opt = sgd(flavour)
+    m.compile(optimizer=opt, loss="mse")
+    m.fit(x[shard(ROWS)], y[shard(ROWS)], batch_size=ROWS, epochs=1, shuffle=False, verbose=0)
+    state = hvdk.elastic.KerasState(m, epoch=r, batch=0)
+    assert state.optimizer is opt
+    committed, committed_opt = m.get_weights(), _optimizer_values(opt)
+    m.fit(x[shard(ROWS)], y[shard(ROWS)], batch_size=ROWS, epochs=1, shuffle=False, verbose=0)
+    state.restore()
+    for got, want in zip(m.get_weights() + _optimizer_values(opt), committed + committed_opt):
+        np.testing.assert_array_equal(got, want)
+    ref = model(initial_weights(10))
+    ref_opt = sgd(flavour)
+    ref.compile(optimizer=ref_opt, loss="mse")
+    ref.fit(x[shard(ROWS, 0)], y[shard(ROWS, 0)], batch_size=ROWS, epochs=1, shuffle=False,
+            verbose=0)
+    state.epoch = 50 + r
+    state.commit()
+    state.sync()
+    for got, want in zip(m.get_weights() + _optimizer_values(opt),
+                         ref.get_weights() + _optimizer_values(ref_opt)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert state.epoch == 50
+
+    class Counting(hvdk.elastic.ObjectState):
+        commits = 0
+
+        def save(self):
+            Counting.commits += 1
+            super().save()
+
+    counting = Counting(hvd.broadcast_object, hvd.rank, epoch=r, batch=0)
+    steps, epochs, per_commit = ROWS // 2, 2, 3
+    m.fit(x[shard(ROWS)], y[shard(ROWS)], batch_size=2, epochs=epochs, shuffle=False, verbose=0,
+          callbacks=[hvdk.elastic.CommitStateCallback(counting, per_commit),
+                     hvdk.elastic.UpdateBatchStateCallback(counting),
+                     hvdk.elastic.UpdateEpochStateCallback(counting)])
+    assert Counting.commits == steps * epochs // per_commit + epochs, Counting.commits
+    assert (counting.epoch, counting.batch) == (r + epochs, 0)
+    check(f"elastic_state[{flavour}]")
+
+
 def main():
     outdir = sys.argv[1]
     hvd.init()
@@ -440,6 +492,7 @@ def main():
         check_config_and_validation(flavour)
         check_broadcast_callback(flavour)
         check_warmup(flavour)
+        check_elastic_state(flavour)
     check_metric_average()
     check_schedule_with_momentum_correction()
     check_load_model(outdir, "new", "h5")

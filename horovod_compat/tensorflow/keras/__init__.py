@@ -17,7 +17,7 @@ from horovod_compat.tensorflow import (Average, Compression, ProcessSet,  # noqa
                                        start_timeline, stop_timeline)
 from horovod_compat import tensorflow as _hvd
 from horovod_compat import _keras
-from horovod_compat.tensorflow.keras import callbacks  # noqa: F401
+from horovod_compat.tensorflow.keras import callbacks, elastic  # noqa: F401
 from horovod_compat.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 

@@ -1,0 +1,1 @@
+"""Launcher utilities (``horovod.runner.util``): threads."""

@@ -1,0 +1,274 @@
+// ResponseCache: capacity 0, 1 and N; least-recently-used eviction (Put and Touch order); Put,
+// Get, Find and Erase; which responses are never cached; and the contents hash every rank compares.
+#include "core/response_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace hvdc {
+namespace {
+
+Response Resp(const std::string& name, Shape shape = {4}) {
+  Response r;
+  r.op = OpType::kAllreduce;
+  r.name = name;
+  r.shape = std::move(shape);
+  return r;
+}
+
+// The request a rank sends for a cached response.
+Request ReqFor(const Response& p) {
+  Request q;
+  q.op = p.op;
+  q.dtype = p.dtype;
+  q.name = p.name;
+  q.shape = p.shape;
+  q.device = p.device;
+  q.root_rank = p.root_rank;
+  q.reduce_op = p.reduce_op;
+  q.prescale = p.prescale;
+  q.postscale = p.postscale;
+  q.group_size = p.group_size;
+  q.group = p.group;
+  return q;
+}
+
+ResponseCache::Lookup Find(const ResponseCache& c, const Request& q, uint32_t* bit = nullptr,
+                           int set_rank = 0) {
+  uint32_t b = 0;
+  auto result = c.Find(q, set_rank, &b);
+  if (bit) *bit = b;
+  return result;
+}
+
+bool Cached(const ResponseCache& c, const std::string& name) {
+  return Find(c, ReqFor(Resp(name))) == ResponseCache::Lookup::kHit;
+}
+
+TEST(ResponseCache, WordsCoverTheCapacity) {
+  for (int64_t cap : {0, 1, 63, 64, 65, 128, 1000}) {
+    ResponseCache c(cap);
+    EXPECT_EQ(c.capacity(), cap);
+    EXPECT_EQ(c.words(), static_cast<size_t>((cap + 63) / 64)) << cap;
+  }
+}
+
+TEST(ResponseCache, CapacityZeroCachesNothing) {
+  ResponseCache c(0);
+  const uint64_t empty_hash = c.hash();
+  c.Put(Resp("a"));
+  EXPECT_FALSE(Cached(c, "a"));
+  EXPECT_FALSE(c.Has(0));
+  EXPECT_EQ(c.hash(), empty_hash);
+}
+
+TEST(ResponseCache, CapacityOneKeepsTheNewest) {
+  ResponseCache c(1);
+  c.Put(Resp("a"));
+  uint32_t bit = 99;
+  ASSERT_EQ(Find(c, ReqFor(Resp("a")), &bit), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(bit, 0u);
+  c.Put(Resp("b"));
+  EXPECT_FALSE(Cached(c, "a"));
+  ASSERT_EQ(Find(c, ReqFor(Resp("b")), &bit), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(bit, 0u);
+  EXPECT_EQ(c.Get(0).name, "b");
+}
+
+TEST(ResponseCache, CapacityNGivesDistinctBitsBelowN) {
+  for (int64_t n : {2, 5, 64, 70}) {
+    ResponseCache c(n);
+    std::set<uint32_t> bits;
+    for (int64_t i = 0; i < n; ++i) {
+      const Response r = Resp("t" + std::to_string(i), {i + 1});
+      c.Put(r);
+      uint32_t bit = 0;
+      ASSERT_EQ(Find(c, ReqFor(r), &bit), ResponseCache::Lookup::kHit);
+      EXPECT_LT(bit, static_cast<uint32_t>(n));
+      EXPECT_TRUE(c.Has(bit));
+      EXPECT_EQ(c.Get(bit).shape, r.shape);
+      bits.insert(bit);
+    }
+    EXPECT_EQ(bits.size(), static_cast<size_t>(n));
+    EXPECT_FALSE(c.Has(static_cast<uint32_t>(n)));
+  }
+}
+
+// Filling a cache of N and putting M more evicts the M least recently put, oldest first.
+TEST(ResponseCache, EvictsInLeastRecentlyUsedOrder) {
+  const int n = 4;
+  for (int extra = 1; extra <= n + 1; ++extra) {
+    ResponseCache c(n);
+    for (int i = 0; i < n + extra; ++i) c.Put(Resp("t" + std::to_string(i)));
+    for (int i = 0; i < n + extra; ++i) {
+      EXPECT_EQ(Cached(c, "t" + std::to_string(i)), i >= extra) << "extra " << extra << " t" << i;
+    }
+  }
+}
+
+// Touch makes an entry the most recently used: the next eviction takes the next oldest.
+TEST(ResponseCache, TouchProtectsFromEviction) {
+  const int n = 4;
+  ResponseCache c(n);
+  std::vector<uint32_t> bit(n);
+  for (int i = 0; i < n; ++i) {
+    c.Put(Resp("t" + std::to_string(i)));
+    Find(c, ReqFor(Resp("t" + std::to_string(i))), &bit[i]);
+  }
+  c.Touch(bit[0]);  // order, oldest first: t1 t2 t3 t0
+  c.Touch(bit[2]);  // t1 t3 t0 t2
+  c.Put(Resp("x"));
+  EXPECT_FALSE(Cached(c, "t1"));
+  c.Put(Resp("y"));
+  EXPECT_FALSE(Cached(c, "t3"));
+  for (const char* kept : {"t0", "t2", "x", "y"}) EXPECT_TRUE(Cached(c, kept)) << kept;
+  c.Touch(n + 10);  // an unused bit: ignored
+}
+
+TEST(ResponseCache, PutOfACachedNameReplacesIt) {
+  ResponseCache c(2);
+  c.Put(Resp("a", {4}));
+  c.Put(Resp("b", {4}));
+  c.Put(Resp("a", {8}));  // replaces a, evicts nothing
+  EXPECT_TRUE(Cached(c, "b"));
+  EXPECT_EQ(Find(c, ReqFor(Resp("a", {8}))), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(Find(c, ReqFor(Resp("a", {4}))), ResponseCache::Lookup::kMismatch);
+  // The replaced a is now the most recent: the next Put evicts b.
+  c.Put(Resp("c"));
+  EXPECT_FALSE(Cached(c, "b"));
+  EXPECT_EQ(Find(c, ReqFor(Resp("a", {8}))), ResponseCache::Lookup::kHit);
+}
+
+TEST(ResponseCache, EraseFreesTheBitForTheNextPut) {
+  ResponseCache c(3);
+  for (const char* name : {"a", "b", "c"}) c.Put(Resp(name));
+  uint32_t b_bit = 0;
+  ASSERT_EQ(Find(c, ReqFor(Resp("b")), &b_bit), ResponseCache::Lookup::kHit);
+  c.Erase(b_bit);
+  EXPECT_FALSE(c.Has(b_bit));
+  EXPECT_EQ(Find(c, ReqFor(Resp("b"))), ResponseCache::Lookup::kMiss);
+  c.Erase(b_bit);    // twice: no effect
+  c.Put(Resp("d"));  // a free slot: nothing is evicted
+  uint32_t d_bit = 0;
+  ASSERT_EQ(Find(c, ReqFor(Resp("d")), &d_bit), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(d_bit, b_bit);
+  EXPECT_TRUE(Cached(c, "a"));
+  EXPECT_TRUE(Cached(c, "c"));
+}
+
+TEST(ResponseCache, ErrorsJoinAndAlltoallAreNeverCached) {
+  ResponseCache c(8);
+  Response err = Resp("err");
+  err.error_code = StatusCode::kPreconditionError;
+  Response join = Resp("join.noname");
+  join.op = OpType::kJoin;
+  Response a2a = Resp("a2a");
+  a2a.op = OpType::kAlltoall;
+  for (const Response& r : {err, join, a2a}) {
+    c.Put(r);
+    EXPECT_EQ(Find(c, ReqFor(r)), ResponseCache::Lookup::kMiss) << r.name;
+  }
+  EXPECT_EQ(c.hash(), ResponseCache(8).hash());
+}
+
+// A request for a cached name with other parameters is a mismatch; one that differs only in the
+// GPU ordinal (one GPU per rank) is a hit.
+TEST(ResponseCache, FindComparesTheParameters) {
+  Response base = Resp("t", {2, 3});
+  base.device = 0;
+  ResponseCache c(4);
+  c.Put(base);
+  uint32_t bit = 0;
+  ASSERT_EQ(Find(c, ReqFor(base), &bit), ResponseCache::Lookup::kHit);
+  const uint32_t want_bit = bit;
+
+  Request other_gpu = ReqFor(base);
+  other_gpu.device = 3;
+  EXPECT_EQ(Find(c, other_gpu), ResponseCache::Lookup::kHit);
+
+  std::vector<Request> changed(9, ReqFor(base));
+  changed[0].op = OpType::kBroadcast;
+  changed[1].dtype = DataType::kFloat64;
+  changed[2].device = -1;
+  changed[3].reduce_op = ReduceOp::kMax;
+  changed[4].prescale = 2.0;
+  changed[5].postscale = 2.0;
+  changed[6].shape = {3, 2};
+  changed[7].group_size = 2;
+  changed[8].group = "g";
+  for (size_t i = 0; i < changed.size(); ++i) {
+    bit = 99;
+    EXPECT_EQ(Find(c, changed[i], &bit), ResponseCache::Lookup::kMismatch) << i;
+    EXPECT_EQ(bit, want_bit) << "a mismatch names the entry to invalidate";
+  }
+}
+
+TEST(ResponseCache, BroadcastComparesTheRoot) {
+  Response b = Resp("b", {4});
+  b.op = OpType::kBroadcast;
+  b.root_rank = 1;
+  ResponseCache c(2);
+  c.Put(b);
+  Request q = ReqFor(b);
+  EXPECT_EQ(Find(c, q), ResponseCache::Lookup::kHit);
+  q.root_rank = 0;
+  EXPECT_EQ(Find(c, q), ResponseCache::Lookup::kMismatch);
+}
+
+// An allgather's first dimension may differ by rank: each rank's request is compared with its own
+// first dimension; the trailing dimensions are shared.
+TEST(ResponseCache, AllgatherComparesEachRanksFirstDimension) {
+  Response g = Resp("g", {2, 5});
+  g.op = OpType::kAllgather;
+  g.first_dims = {2, 7, 1};
+  ResponseCache c(2);
+  c.Put(g);
+  for (int r = 0; r < 3; ++r) {
+    Request q = ReqFor(g);
+    q.shape = {g.first_dims[r], 5};
+    EXPECT_EQ(Find(c, q, nullptr, r), ResponseCache::Lookup::kHit) << r;
+    q.shape = {g.first_dims[r] + 1, 5};
+    EXPECT_EQ(Find(c, q, nullptr, r), ResponseCache::Lookup::kMismatch) << r;
+    q.shape = {g.first_dims[r], 6};
+    EXPECT_EQ(Find(c, q, nullptr, r), ResponseCache::Lookup::kMismatch) << r;
+    q.shape = {g.first_dims[r]};
+    EXPECT_EQ(Find(c, q, nullptr, r), ResponseCache::Lookup::kMismatch) << r;
+  }
+  Request q = ReqFor(g);
+  EXPECT_EQ(Find(c, q, nullptr, 3), ResponseCache::Lookup::kMismatch) << "a rank beyond the set";
+}
+
+// The hash: equal for caches that went through the same Puts, changed by every Put and Erase,
+// back to its old value when an entry is erased again.
+TEST(ResponseCache, HashTracksTheContents) {
+  ResponseCache a(4), b(4);
+  EXPECT_EQ(a.hash(), b.hash());
+  std::set<uint64_t> seen = {a.hash()};
+  for (const char* name : {"w", "x", "y"}) {
+    a.Put(Resp(name));
+    b.Put(Resp(name));
+    EXPECT_EQ(a.hash(), b.hash());
+    EXPECT_TRUE(seen.insert(a.hash()).second) << "the hash changed with " << name;
+  }
+  const uint64_t before = a.hash();
+  a.Put(Resp("z"));
+  EXPECT_NE(a.hash(), b.hash());
+  uint32_t bit = 0;
+  ASSERT_EQ(Find(a, ReqFor(Resp("z")), &bit), ResponseCache::Lookup::kHit);
+  a.Erase(bit);
+  EXPECT_EQ(a.hash(), before);
+  EXPECT_EQ(a.hash(), b.hash());
+  // Same names at different bits are different contents.
+  ResponseCache c(2), d(2);
+  c.Put(Resp("p"));
+  c.Put(Resp("q"));
+  d.Put(Resp("q"));
+  d.Put(Resp("p"));
+  EXPECT_NE(c.hash(), d.hash());
+}
+
+}  // namespace
+}  // namespace hvdc

@@ -1,0 +1,211 @@
+"""End to end over the TCP transport: TensorFlow jobs started by ``horovodrun --gloo``, by
+``horovod_compat.run(use_gloo=True)`` and by hand with ``TF_CONFIG``.
+
+Skipped when the core has no ``gloo_built()`` (built before the TCP transport); run from a
+size-1 test process only, so the jobs do not inherit an MPI job's environment.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from horovod_compat import _core
+from horovod_compat.runner import gloo_launch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+pytestmark = [
+    pytest.mark.skipif(not hasattr(_core, "gloo_built"),
+                       reason="the core has no TCP transport (_core.gloo_built is missing)"),
+    pytest.mark.skipif("OMPI_COMM_WORLD_SIZE" in os.environ,
+                       reason="TCP jobs are started from the test process run without mpirun"),
+]
+
+# Each rank runs a few collectives and writes what it saw to <dir>/rank-<r>.json.
+_JOB = """
+    import json, os, sys
+    import tensorflow as tf
+    import horovod_compat.tensorflow as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    total = hvd.allreduce(tf.constant([float(r + 1)] * 3), op=hvd.Sum).numpy().tolist()
+    gathered = hvd.allgather(tf.constant([r] * (r + 1), dtype=tf.int32)).numpy().tolist()
+    root_value = hvd.broadcast(tf.constant(float(10 * r + 5)), root_rank=n - 1).numpy().item()
+    report = {"rank": r, "size": n, "local_rank": hvd.local_rank(),
+              "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(),
+              "cross_size": hvd.cross_size(), "gloo_enabled": hvd.gloo_enabled(),
+              "mpi_enabled": hvd.mpi_enabled(), "total": total, "gathered": gathered,
+              "root_value": root_value}
+    with open(os.path.join(sys.argv[1], f"rank-{r}.json"), "w") as f:
+        json.dump(report, f)
+    print("RESULT", json.dumps(report), flush=True)
+    if len(sys.argv) > 2 and r == int(sys.argv[2]):
+        sys.exit(3)   # this rank fails; the others wait in a collective it never joins
+    hvd.allreduce(tf.constant(1.0), name="after")
+"""
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "PRTE_", "HOROVOD_", "HVDC_"))
+           and k != "TF_CONFIG"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    return env
+
+
+def _job_script(tmp_path):
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(_JOB))
+    return str(path)
+
+
+def _expected(size, slots=None):
+    """What every rank must report: computed from the inputs of _JOB."""
+    total = [float(sum(r + 1 for r in range(size)))] * 3
+    gathered = [r for r in range(size) for _ in range(r + 1)]
+    reports = {}
+    for r in range(size):
+        report = {"rank": r, "size": size, "gloo_enabled": True, "mpi_enabled": False,
+                  "total": total, "gathered": gathered, "root_value": float(10 * (size - 1) + 5)}
+        if slots is not None:
+            s = slots[r]
+            report.update(local_rank=s.local_rank, local_size=s.local_size,
+                          cross_rank=s.cross_rank, cross_size=s.cross_size)
+        reports[r] = report
+    return reports
+
+
+def _read_reports(tmp_path, size):
+    reports = {}
+    for r in range(size):
+        with open(tmp_path / f"rank-{r}.json") as f:
+            reports[r] = json.load(f)
+    return reports
+
+
+def _check(reports, expected):
+    for r, want in expected.items():
+        got = {k: reports[r][k] for k in want}
+        assert got == want, (r, reports[r])
+
+
+def _horovodrun(tmp_path, np, *flags, args=(), timeout=280):
+    cmd = [sys.executable, "-m", "horovod_compat.runner.launch", "--gloo", "-np", str(np),
+           "--gloo-timeout-seconds", "120", *flags, sys.executable, _job_script(tmp_path),
+           str(tmp_path), *args]
+    return subprocess.run(cmd, env=_env(), cwd=str(tmp_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("np,hosts", [(2, None), (3, "localhost:2,127.0.0.1:1")])
+def test_horovodrun_gloo_collectives(tmp_path, np, hosts):
+    flags = ["-H", hosts] if hosts else []
+    result = _horovodrun(tmp_path, np, *flags)
+    assert result.returncode == 0, result.stdout[-8000:]
+    host_list = [(h, int(s)) for h, s in (x.split(":") for x in hosts.split(","))] \
+        if hosts else [("localhost", np)]
+    _check(_read_reports(tmp_path, np), _expected(np, gloo_launch.allocate(host_list, np)))
+    for r in range(np):
+        assert f"[{r}]<stdout>:RESULT " in result.stdout
+
+
+@pytest.mark.timeout(300)
+def test_horovodrun_gloo_failing_rank(tmp_path):
+    result = _horovodrun(tmp_path, 2, args=("1",))
+    assert result.returncode == 3, result.stdout[-8000:]
+    assert "horovodrun: rank 1 on localhost exited with code 3" in result.stdout
+
+
+@pytest.mark.timeout(300)
+def test_run_function_with_use_gloo():
+    import horovod_compat
+
+    def allreduce_rank(scale):
+        import tensorflow as tf
+        import horovod_compat.tensorflow as hvd
+        hvd.init()
+        total = hvd.allreduce(tf.constant((hvd.rank() + 1) * scale), op=hvd.Sum)
+        return hvd.rank(), hvd.gloo_enabled(), float(total.numpy())
+
+    old = dict(os.environ)
+    try:
+        for key in [k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "HOROVOD_"))]:
+            del os.environ[key]
+        results = horovod_compat.run(allreduce_rank, args=(2.5,), np=2, use_gloo=True,
+                                     start_timeout=120)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    total = sum((r + 1) * 2.5 for r in range(2))
+    assert results == [(r, True, total) for r in range(2)]
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("with_chief", [False, True])
+def test_tf_config_job_started_by_hand(tmp_path, with_chief):
+    ports = _free_ports(2)
+    addresses = [f"localhost:{p}" for p in ports]
+    if with_chief:
+        cluster = {"chief": addresses[:1], "worker": addresses[1:]}
+        tasks = [("chief", 0), ("worker", 0)]
+    else:
+        cluster = {"worker": addresses}
+        tasks = [("worker", 0), ("worker", 1)]
+    script = _job_script(tmp_path)
+    procs = []
+    try:
+        # Started in reverse rank order: the lower rank is not necessarily up first.
+        for kind, index in reversed(tasks):
+            env = _env()
+            env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                           "task": {"type": kind, "index": index}})
+            env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = "120"
+            procs.append(subprocess.Popen([sys.executable, script, str(tmp_path)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-4000:] for o in outputs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    expected = _expected(2)
+    for r in range(2):   # both entries name one host
+        expected[r].update(local_rank=r, local_size=2, cross_rank=0, cross_size=1)
+    _check(_read_reports(tmp_path, 2), expected)
+
+
+@pytest.mark.timeout(600)
+def test_example_under_horovodrun_gloo(tmp_path):
+    cmd = [sys.executable, "-m", "horovod_compat.runner.launch", "--gloo", "-np", "2",
+           "--gloo-timeout-seconds", "120", sys.executable,
+           os.path.join(EXAMPLES, "tf2_gradient_tape.py"), "--short"]
+    result = subprocess.run(cmd, cwd=str(tmp_path), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=540)
+    out = result.stdout
+    assert result.returncode == 0, out[-8000:]
+    diff = re.findall(r"Max weight difference from rank 0: (\S+)", out)
+    accuracy = re.findall(r"Test accuracy: ([\d.]+)", out)
+    assert len(diff) == 1 and float(diff[0]) < 1e-5, out[-8000:]
+    assert len(accuracy) == 1 and float(accuracy[0]) > 0.65, out[-8000:]
