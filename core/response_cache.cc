@@ -42,9 +42,19 @@ void ResponseCache::Put(const Response& response) {
   if (response.op == OpType::kJoin || response.op == OpType::kAlltoall) return;
   auto existing = by_name_.find(response.name);
   if (existing != by_name_.end()) Erase(existing->second);
+  if (evicted_.count(response.name) && capacity_ < max_capacity_) {
+    capacity_ = std::min(capacity_ * 2, max_capacity_);
+    evicted_.clear();
+  }
   uint32_t bit;
   if (static_cast<int64_t>(by_name_.size()) >= capacity_) {
     bit = lru_.back();
+    if (capacity_ < max_capacity_) {
+      // A cycle of n tensors brings a name back n - capacity evictions later: remember up to
+      // max_capacity_ names, enough for every cycle the cache may grow to hold.
+      if (static_cast<int64_t>(evicted_.size()) >= max_capacity_) evicted_.clear();
+      evicted_.insert(slots_[bit].response.name);
+    }
     Erase(bit);
   } else {
     bit = 0;

@@ -4,25 +4,36 @@
 // and the controller verifies that with a hash exchanged in every round.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/message.h"
 
 namespace hvdc {
 
+// Capacity: HOROVOD_CACHE_CAPACITY is where it starts (0 turns caching off). Least recently used
+// entries make room for new ones -- but a model with more tensors than the cache submits them in
+// the same cycle every step, and LRU over a cycle longer than the cache misses every time. So the
+// cache remembers the names it evicted for lack of room; when one of them comes back, the working
+// set is larger than the cache and the capacity doubles (up to kMaxCapacity). Every rank sees the
+// same puts in the same order, so every copy grows at the same round.
 class ResponseCache {
  public:
-  explicit ResponseCache(int64_t capacity) : capacity_(capacity) {}
+  static constexpr int64_t kMaxCapacity = 16384;
+
+  explicit ResponseCache(int64_t capacity)
+      : capacity_(capacity), max_capacity_(std::max(capacity, kMaxCapacity)) {}
 
   enum class Lookup { kMiss, kHit, kMismatch };
   // kHit: `request` (from this set rank) matches the cached response for its name; kMismatch: the
   // name is cached with other parameters (the entry must be invalidated everywhere).
   Lookup Find(const Request& request, int set_rank, uint32_t* bit) const;
-  // Caches a successful response (replacing the least recently used one when full).
+  // Caches a successful response (replacing the least recently used one when full, or growing).
   void Put(const Response& response);
   const Response& Get(uint32_t bit) const { return slots_[bit].response; }
   bool Has(uint32_t bit) const { return bit < slots_.size() && slots_[bit].used; }
@@ -43,7 +54,9 @@ class ResponseCache {
   static uint64_t EntryHash(uint32_t bit, const std::string& name);
 
   int64_t capacity_;
+  int64_t max_capacity_;
   std::vector<Slot> slots_;
+  std::unordered_set<std::string> evicted_;  // evicted for room since the last growth
   std::unordered_map<std::string, uint32_t> by_name_;
   std::list<uint32_t> lru_;  // front = most recently used
   uint64_t hash_ = 0;

@@ -1,5 +1,6 @@
 // ResponseCache: capacity 0, 1 and N; least-recently-used eviction (Put and Touch order); Put,
-// Get, Find and Erase; which responses are never cached; and the contents hash every rank compares.
+// Get, Find and Erase; which responses are never cached; the contents hash every rank compares; and
+// growth when a cyclic working set is larger than the cache.
 #include "core/response_cache.h"
 
 #include <gtest/gtest.h>
@@ -268,6 +269,72 @@ TEST(ResponseCache, HashTracksTheContents) {
   d.Put(Resp("q"));
   d.Put(Resp("p"));
   EXPECT_NE(c.hash(), d.hash());
+}
+
+// Capacity growth: a cyclic working set larger than the cache must end up cached (LRU alone would
+// miss on every pass), and copies fed the same puts grow identically.
+
+// One pass over n tensors as a step submits them: a hit is touched, a miss is negotiated and put.
+int Pass(ResponseCache& cache, int n) {
+  int hits = 0;
+  for (int i = 0; i < n; ++i) {
+    Response r = Resp("t" + std::to_string(i));
+    uint32_t bit = 0;
+    if (cache.Find(ReqFor(r), 0, &bit) == ResponseCache::Lookup::kHit) {
+      cache.Touch(bit);
+      ++hits;
+    } else {
+      cache.Put(r);
+    }
+  }
+  return hits;
+}
+
+TEST(ResponseCacheGrowth, CyclicWorkingSetLargerThanTheCacheEndsUpCached) {
+  for (int n : {5, 9, 17, 40, 100}) {
+    ResponseCache cache(4);
+    int last = -1;
+    for (int pass = 0; pass < 12; ++pass) last = Pass(cache, n);
+    EXPECT_EQ(last, n) << n << " tensors, capacity now " << cache.capacity();
+    EXPECT_GE(cache.capacity(), n);
+    EXPECT_LT(cache.capacity(), 2 * n + 4) << "grew more than the working set needs";
+  }
+}
+
+TEST(ResponseCacheGrowth, AWorkingSetThatFitsNeverGrowsTheCache) {
+  ResponseCache cache(8);
+  for (int pass = 0; pass < 5; ++pass) Pass(cache, 8);
+  EXPECT_EQ(cache.capacity(), 8);
+  EXPECT_EQ(Pass(cache, 8), 8);
+}
+
+TEST(ResponseCacheGrowth, NewNamesThatNeverReturnDoNotGrowIt) {
+  ResponseCache cache(4);
+  for (int i = 0; i < 100; ++i) cache.Put(Resp("once" + std::to_string(i)));
+  EXPECT_EQ(cache.capacity(), 4);
+}
+
+TEST(ResponseCacheGrowth, CopiesFedTheSamePutsAgree) {
+  ResponseCache a(4), b(4);
+  for (int pass = 0; pass < 6; ++pass) {
+    Pass(a, 23);
+    Pass(b, 23);
+    EXPECT_EQ(a.capacity(), b.capacity());
+    EXPECT_EQ(a.hash(), b.hash());
+  }
+}
+
+TEST(ResponseCacheGrowth, StopsAtTheMaximum) {
+  ResponseCache cache(ResponseCache::kMaxCapacity / 2);
+  const int n = static_cast<int>(ResponseCache::kMaxCapacity) + 100;
+  for (int pass = 0; pass < 4; ++pass) Pass(cache, n);
+  EXPECT_EQ(cache.capacity(), ResponseCache::kMaxCapacity);
+}
+
+TEST(ResponseCacheGrowth, CapacityZeroNeverGrows) {
+  ResponseCache cache(0);
+  for (int pass = 0; pass < 3; ++pass) EXPECT_EQ(Pass(cache, 10), 0);
+  EXPECT_EQ(cache.capacity(), 0);
 }
 
 }  // namespace
