@@ -261,6 +261,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Number("HOROVOD_STALL_CHECK_TIME_SECONDS", "seconds", 0.0, true, &c.stall_check_time_s);
   env.Number("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "seconds", 0.0, false,
              &c.stall_shutdown_time_s);
+  env.Number("HOROVOD_PEER_LOSS_EXIT_SECONDS", "seconds", 0.0, false, &c.peer_loss_exit_s);
   env.Bool("HOROVOD_AUTOTUNE", &c.autotune);
   env.String("HOROVOD_AUTOTUNE_LOG", &c.autotune_log);
   env.Int("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "samples", 0, kIntMax, &c.autotune_warmup_samples);
@@ -368,6 +369,7 @@ std::string Config::Describe() const {
   line("HOROVOD_STALL_CHECK_DISABLE", b(stall_check_disable));
   line("HOROVOD_STALL_CHECK_TIME_SECONDS", stall_check_time_s);
   line("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_time_s);
+  line("HOROVOD_PEER_LOSS_EXIT_SECONDS", peer_loss_exit_s);
   line("HOROVOD_AUTOTUNE", b(autotune));
   line("HOROVOD_AUTOTUNE_LOG", autotune_log);
   line("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", autotune_warmup_samples);

@@ -104,6 +104,7 @@ Status Runtime::Create(Config config, std::unique_ptr<Transport> transport,
     r->io_.run();
   });
   pthread_setname_np(r->control_thread_.native_handle(), "hvdc-control");
+  r->transport_->SetPeerLostHandler([r](const Status& lost) { r->PeerLost(lost); });
   r->Wake();
   *out = std::move(rt);
   return Status::OK();

@@ -107,6 +107,10 @@ class Runtime {
   void BeginShutdown(const std::string& reason);
   void CloseSet(ProcessSet& st, const Status& why);
   void Abandon(const std::string& reason);
+  // The transport lost a peer rank (any thread): arms the process exit
+  // (HOROVOD_PEER_LOSS_EXIT_SECONDS) and has the control thread fail everything and stop.
+  void PeerLost(const Status& lost);
+  void OnPeerLost(const Status& lost);  // the control thread's part
   Status ShutdownStatus() const;
 
   Config config_;
@@ -137,6 +141,7 @@ class Runtime {
   std::condition_variable state_cv_;
   bool finished_ = false;   // the control thread has closed every set
   bool abandoned_ = false;  // gave up on peers: threads may be stuck in communication
+  std::atomic<bool> peer_lost_{false};
   std::atomic<bool> shutdown_called_{false};
   std::atomic<bool> down_{false};  // enqueue refuses once set
   std::string down_reason_;        // written before down_ is set

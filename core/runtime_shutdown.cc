@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "core/clock.h"
 #include "core/logging.h"
@@ -109,6 +112,38 @@ void Runtime::Abandon(const std::string& reason) {
   abandoned_ = true;
 }
 
+void Runtime::PeerLost(const Status& lost) {
+  if (peer_lost_.exchange(true)) return;  // one loss is enough; the others are its consequences
+  const double exit_s = config_.peer_loss_exit_s;
+  if (exit_s > 0) {
+    // Ends the process even when the program never calls horovod_compat again (idle, or stuck
+    // elsewhere). Detached: it touches nothing of the runtime, which may be gone by then.
+    std::thread([exit_s, message = lost.message()] {
+      std::this_thread::sleep_for(Seconds(exit_s));
+      LogError(
+          "{}; exiting with status 1 ({:g} s after the loss, HOROVOD_PEER_LOSS_EXIT_SECONDS; 0 "
+          "keeps the process alive)",
+          message, exit_s);
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }).detach();
+  }
+  // If the control thread has already stopped (the failed round shut it down), this never runs:
+  // that path has failed everything already.
+  boost::asio::post(io_, [this, lost] { OnPeerLost(lost); });
+}
+
+void Runtime::OnPeerLost(const Status& lost) {
+  Abandon(fmt::format(
+      "{}. A peer rank was lost: every pending and later operation fails, and this rank shuts "
+      "down",
+      lost.message()));
+  std::lock_guard<std::mutex> lock(state_mu_);
+  finished_ = true;
+  state_cv_.notify_all();
+  io_.stop();
+}
+
 Status Runtime::Shutdown() {
   if (shutdown_called_.exchange(true)) return Status::OK();
   if (!control_thread_.joinable()) {  // Create() failed before starting it
@@ -140,6 +175,7 @@ Status Runtime::Shutdown() {
     }
   }
   if (control_thread_.joinable()) control_thread_.join();
+  transport_->SetPeerLostHandler(nullptr);
   bool abandoned;
   {
     std::lock_guard<std::mutex> lock(state_mu_);

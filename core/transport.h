@@ -3,6 +3,7 @@
 // rank 0 of 1 and threads-as-ranks) and is registered at builtins/builtins.cc.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,12 @@ class Transport {
   virtual Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) = 0;
   // Collective over the world: every rank passes a value; *all_equal says whether they agree.
   virtual Status CheckAgreement(uint64_t value, bool* all_equal) = 0;
+  // Failure detection. A transport that can tell that a peer rank is lost (its connection closed
+  // or reset without an orderly goodbye) calls the handler once per lost peer, from any thread,
+  // with an error naming the rank and its host. Setting a null handler stops the calls: once it
+  // returns, no call is running or will start. Transports that cannot detect loss ignore it.
+  using PeerLostHandler = std::function<void(const Status& lost)>;
+  virtual void SetPeerLostHandler(PeerLostHandler handler) { (void)handler; }
   // Releases MPI (managed mode) or nothing; called once after every thread has stopped.
   virtual void Finalize() = 0;
 };

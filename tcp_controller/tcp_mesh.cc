@@ -47,10 +47,15 @@ void Mesh::Impl::StartRead(int p) {
                        if (closing) {  // the peer's half-close, or our own final close
                          pr.eof = true;
                          cv.notify_all();
+                       } else if (ec == asio::error::eof && pr.said_bye) {
+                         // A peer that finished its job first: the error matters only to an
+                         // operation still waiting for that peer.
+                         FailPeerLocked(p, "closed the connection", /*warn=*/false,
+                                        /*lost=*/false);
                        } else if (ec == asio::error::eof) {
-                         // A peer that finished its job first ends like this too: the error matters
-                         // only to an operation still waiting for that peer.
-                         FailPeerLocked(p, "closed the connection", /*warn=*/false);
+                         FailPeerLocked(p,
+                                        "closed the connection without shutting down (the "
+                                        "process exited or was killed)");
                        } else {
                          FailPeerLocked(p, fmt::format("connection failed: {}", ec.message()));
                        }
@@ -63,6 +68,12 @@ void Mesh::Impl::StartRead(int p) {
                        FailPeerLocked(p, fmt::format("sent a garbage frame (magic {:#x}, length "
                                                      "{}); connection dropped",
                                                      magic, length));
+                       return;
+                     }
+                     if (length == 0 && pr.channel == kByeChannel) {
+                       pr.said_bye = true;
+                       lock.unlock();
+                       StartRead(p);
                        return;
                      }
                      if (length == 0) {
@@ -142,7 +153,7 @@ Status Mesh::Impl::WriteFrame(int p, uint32_t channel, const void* data, size_t 
   return Status::OK();
 }
 
-void Mesh::Impl::FailPeerLocked(int p, const std::string& what, bool warn) {
+void Mesh::Impl::FailPeerLocked(int p, const std::string& what, bool warn, bool lost) {
   Peer& peer = peers[p];
   if (peer.error.ok()) {
     peer.error = Status::UnknownError(fmt::format("TCP transport: {} {}", Describe(p), what));
@@ -150,6 +161,10 @@ void Mesh::Impl::FailPeerLocked(int p, const std::string& what, bool warn) {
       LogWarning("{}", peer.error.message());
     } else {
       LogDebug("{}", peer.error.message());
+    }
+    if (lost && !closing && first_lost.ok()) {
+      first_lost = peer.error;
+      if (on_lost) on_lost(first_lost);
     }
   }
   // Shut down, not closed: a writer may be using the descriptor (Close() closes it at the end).
@@ -281,6 +296,12 @@ Status Mesh::PeerStatus(int peer) {
   return impl_->peers[peer].error;
 }
 
+void Mesh::SetPeerLostHandler(std::function<void(const Status&)> handler) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->on_lost = std::move(handler);
+  if (impl_->on_lost && !impl_->first_lost.ok()) impl_->on_lost(impl_->first_lost);
+}
+
 void Mesh::Close() {
   Impl& m = *impl_;
   {
@@ -298,6 +319,13 @@ void Mesh::Close() {
   for (int p = 0; p < m.options.size; ++p) {
     if (p == m.options.rank || m.peers[p].fd < 0) continue;
     std::lock_guard<std::mutex> send_lock(m.peers[p].send_mu);
+    bool healthy;
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      healthy = m.peers[p].error.ok();
+    }
+    // The goodbye first: the end of the connection that follows is then no failure to the peer.
+    if (healthy) (void)m.WriteFrame(p, kByeChannel, nullptr, 0);
     ::shutdown(m.peers[p].fd, SHUT_WR);
   }
   {

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,12 @@ class Mesh {
 
   // OK while the connection to `peer` is healthy, else the error that ended it.
   Status PeerStatus(int peer);
+
+  // Failure detection: `handler` is called (from the I/O thread or a sender, with the mesh's lock
+  // held: it must not call back into the mesh) with the error of the first peer lost -- a
+  // connection that closed or reset without the peer's orderly goodbye (Close() sends one), or a
+  // protocol error. Called at once if a peer was already lost. A null handler stops the calls.
+  void SetPeerLostHandler(std::function<void(const Status&)> handler);
 
   // Graceful shutdown (idempotent); later calls fail.
   void Close();

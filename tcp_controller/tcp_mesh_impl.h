@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,9 @@ constexpr uint32_t kFrameMagic = 0x46445648;  // "HVDF"
 constexpr uint32_t kHelloMagic = 0x48445648;  // "HVDH"
 constexpr uint32_t kAckMagic = 0x41445648;    // "HVDA"
 constexpr uint32_t kProtocolVersion = 1;
+// An empty frame on this channel says "I am closing in order": the end of the connection that
+// follows is no failure. A connection that ends without it is a lost peer.
+constexpr uint32_t kByeChannel = 0xffffffffu;
 constexpr size_t kFrameHeaderBytes = 16;  // magic, channel, length (u64)
 constexpr size_t kHelloBytes = 32;        // magic, version, rank, size, token (u64), reserved (u64)
 constexpr size_t kAckBytes = 16;          // magic, version, rank, reserved
@@ -55,7 +59,8 @@ struct Peer {
   uint32_t channel = 0;
   std::string body;
   // Guarded by Mesh::Impl::mu.
-  bool eof = false;  // the peer half-closed (expected only once we are closing too)
+  bool eof = false;       // the peer half-closed (expected only once we are closing too)
+  bool said_bye = false;  // the peer announced an orderly close (kByeChannel)
   Status error;
 };
 
@@ -72,8 +77,9 @@ class Mesh::Impl {
   // Writes one frame to p from the calling thread (holding p's send_mu).
   Status WriteFrame(int p, uint32_t channel, const void* data, size_t bytes);
   // Records the peer's error (first one wins) and shuts its connection down (waking any writer).
-  // Called with mu held.
-  void FailPeerLocked(int p, const std::string& what, bool warn = true);
+  // Unless `lost` is false (an orderly close) or we are closing, reports the peer lost. Called
+  // with mu held.
+  void FailPeerLocked(int p, const std::string& what, bool warn = true, bool lost = true);
   std::string Describe(int p) const;
 
   const MeshOptions options;
@@ -88,6 +94,8 @@ class Mesh::Impl {
   std::map<uint64_t, std::deque<std::string>> inbox;  // key: peer << 32 | channel
   bool closing = false;
   bool closed = false;
+  std::function<void(const Status&)> on_lost;  // guarded by mu; called with mu held
+  Status first_lost;                           // guarded by mu: the first loss reported
 };
 
 }  // namespace tcp

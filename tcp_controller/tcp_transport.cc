@@ -95,6 +95,10 @@ class TcpTransport : public Transport {
     return Status::OK();
   }
 
+  void SetPeerLostHandler(PeerLostHandler handler) override {
+    mesh_->SetPeerLostHandler(std::move(handler));
+  }
+
   void Finalize() override {
     if (finalized_) return;
     finalized_ = true;

@@ -1,0 +1,261 @@
+// A dead peer ends a TCP job (issue 12): three ranks as real processes of this binary over
+// HVDC_TCP_PEERS run checked allreduces; then rank 2 goes idle (it never calls horovod_compat
+// again) while ranks 0 and 1 keep submitting, and the test SIGKILLs rank 1. The survivors must fail
+// their pending operation with an error naming rank 1 and its host (once per request), and exit
+// non-zero on their own (HOROVOD_PEER_LOSS_EXIT_SECONDS) -- rank 0 blocked in a collective, rank 2
+// idle. The only time bound is the test's own: every wait gives up after kLimit.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/c_api.h"
+#include "tcp_test_util.h"
+
+namespace {
+
+constexpr int kSize = 3;
+constexpr int kKilled = 1;
+constexpr int kIdle = 2;
+constexpr int kWarmSteps = 10;
+constexpr auto kLimit = std::chrono::seconds(60);  // the test's own bound on every wait
+constexpr const char* kRoleVar = "HVDC_PEER_LOSS_TEST_WORKER";
+
+// ---------------------------------------------------------------------------------------------
+// Worker: one rank. Prints "READY" after the warm-up steps, "FAILED <message>" when an operation
+// fails, "DOUBLE" if a callback ran twice; never exits on its own after READY (only the runtime
+// may end it).
+
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  int calls = 0;
+  int code = -1;
+  std::string message;
+};
+
+void Done(void* user, int code, const char* message) {
+  auto* p = static_cast<Pending*>(user);
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (++p->calls > 1) {
+    std::printf("DOUBLE callback\n");
+    std::fflush(stdout);
+  }
+  p->code = code;
+  p->message = message ? message : "";
+  p->cv.notify_all();
+}
+
+// One allreduce of step-dependent values, checked against the sum computed here. Returns the
+// callback's code (or hvdc_enqueue's), with the message.
+int Step(int rank, int step, std::string* message) {
+  const int n = 1000;
+  std::vector<float> in(n), out(n, 0.f);
+  for (int i = 0; i < n; ++i) in[i] = static_cast<float>((rank + 1) * (i % 7) + step);
+  hvdc_request req = {};
+  req.op = HVDC_OP_ALLREDUCE;
+  const std::string name = "step." + std::to_string(step);
+  req.name = name.c_str();
+  req.input.dtype = HVDC_FLOAT32;
+  req.input.ndim = 1;
+  req.input.dims[0] = n;
+  req.input.device = -1;
+  req.input.data = in.data();
+  req.output = req.input;
+  req.output.data = out.data();
+  req.reduce_op = HVDC_SUM;
+  // Leaked on purpose: after a failure the runtime may still hold the request (never freed).
+  auto* pending = new Pending;
+  const int rc = hvdc_enqueue(&req, 1, Done, pending);
+  if (rc != HVDC_OK) {
+    *message = hvdc_last_error();
+    return rc;
+  }
+  std::unique_lock<std::mutex> lock(pending->mu);
+  pending->cv.wait(lock, [&] { return pending->calls > 0; });
+  *message = pending->message;
+  if (pending->code != HVDC_OK) {
+    // Keep the buffers alive: a stuck executor thread might still touch them.
+    (void)new std::vector<float>(std::move(in));
+    (void)new std::vector<float>(std::move(out));
+    return pending->code;
+  }
+  int ranks_sum = 0;
+  for (int r = 0; r < kSize; ++r) ranks_sum += r + 1;
+  for (int i = 0; i < n; ++i) {
+    const float expected = static_cast<float>(ranks_sum * (i % 7) + kSize * step);
+    if (out[i] != expected) {
+      *message = "wrong value at " + std::to_string(i);
+      return -100;
+    }
+  }
+  return HVDC_OK;
+}
+
+int Worker() {
+  if (hvdc_init(nullptr) != HVDC_OK) {
+    std::printf("INIT FAILED %s\n", hvdc_last_error());
+    return 3;
+  }
+  const int rank = hvdc_rank();
+  int step = 0;
+  for (; step < kWarmSteps; ++step) {
+    std::string message;
+    if (Step(rank, step, &message) != HVDC_OK) {
+      std::printf("WARMUP FAILED %s\n", message.c_str());
+      return 4;
+    }
+  }
+  std::printf("READY\n");
+  std::fflush(stdout);
+  if (rank != kIdle) {
+    for (;; ++step) {
+      std::string message;
+      const int rc = Step(rank, step, &message);
+      if (rc == -100) {
+        std::printf("VALUE %s\n", message.c_str());
+      } else if (rc != HVDC_OK) {
+        std::printf("FAILED %s\n", message.c_str());
+        std::fflush(stdout);
+        // A later operation fails too.
+        std::string later;
+        if (Step(rank, step + 1, &later) != HVDC_OK)
+          std::printf("LATER FAILED %s\n", later.c_str());
+        std::fflush(stdout);
+        break;
+      }
+    }
+  }
+  for (;;) pause();  // idle: only the runtime ends this process
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver.
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(TcpPeerLoss, SurvivorsFailNamingTheDeadRankAndExit) {
+  const std::vector<std::string> peers = hvdc::tcp_test::FreeLoopbackPeers(kSize);
+  std::string list;
+  for (const auto& p : peers) list += (list.empty() ? "" : ",") + p;
+  char dir_template[] = "/tmp/hvdc_peer_loss_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::vector<pid_t> pids(kSize, -1);
+  std::vector<std::string> logs(kSize);
+  for (int r = 0; r < kSize; ++r) {
+    logs[r] = dir + "/rank" + std::to_string(r) + ".log";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const int fd = open(logs[r].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      setenv(kRoleVar, "1", 1);
+      setenv("HVDC_TCP_PEERS", list.c_str(), 1);
+      setenv("HOROVOD_RANK", std::to_string(r).c_str(), 1);
+      setenv("HOROVOD_SIZE", std::to_string(kSize).c_str(), 1);
+      unsetenv("HOROVOD_PEER_LOSS_EXIT_SECONDS");  // the default applies
+      execl("/proc/self/exe", "tcp_peer_loss_test", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids[r] = pid;
+  }
+  auto kill_all = [&] {
+    for (pid_t& pid : pids) {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        pid = -1;
+      }
+    }
+  };
+  auto dump = [&] {
+    std::string all;
+    for (int r = 0; r < kSize; ++r)
+      all += "--- rank " + std::to_string(r) + ":\n" + ReadFile(logs[r]);
+    return all;
+  };
+
+  // Every rank warmed up.
+  const auto deadline = std::chrono::steady_clock::now() + kLimit;
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() < deadline) {
+    ready = true;
+    for (int r = 0; r < kSize; ++r) ready &= ReadFile(logs[r]).find("READY") != std::string::npos;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!ready) {
+    kill_all();
+    FAIL() << "the ranks did not all warm up within the test's bound:\n" << dump();
+  }
+
+  kill(pids[kKilled], SIGKILL);
+  waitpid(pids[kKilled], nullptr, 0);
+  pids[kKilled] = -1;
+
+  // The survivors end on their own, before the test's bound.
+  std::vector<int> status(kSize, -1);
+  for (int r = 0; r < kSize; ++r) {
+    if (r == kKilled) continue;
+    while (std::chrono::steady_clock::now() < deadline + kLimit) {
+      if (waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+        pids[r] = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  const std::string all = dump();
+  const bool ended = pids[0] < 0 && pids[kIdle] < 0;
+  kill_all();
+  ASSERT_TRUE(ended) << "a survivor did not exit after rank 1 was killed:\n" << all;
+
+  const std::string named = "rank 1 (" + peers[kKilled] + ")";
+  for (int r = 0; r < kSize; ++r) {
+    if (r == kKilled) continue;
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) != 0)
+        << "rank " << r << " status " << status[r] << "\n"
+        << all;
+    const std::string log = ReadFile(logs[r]);
+    EXPECT_NE(log.find(named), std::string::npos)
+        << "rank " << r << " never names " << named << ":\n"
+        << all;
+    EXPECT_EQ(log.find("DOUBLE"), std::string::npos) << all;
+    EXPECT_EQ(log.find("VALUE"), std::string::npos) << all;
+  }
+  // Rank 0 was in a collective: it failed with the dead rank's name, and so did the next one.
+  const std::string log0 = ReadFile(logs[0]);
+  const size_t failed = log0.find("FAILED ");
+  ASSERT_NE(failed, std::string::npos) << all;
+  EXPECT_NE(log0.find(named, failed), std::string::npos) << all;
+  EXPECT_NE(log0.find("LATER FAILED "), std::string::npos) << all;
+  for (int r = 0; r < kSize; ++r) std::remove(logs[r].c_str());
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv(kRoleVar)) return Worker();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
