@@ -225,6 +225,7 @@ TEST(TcpPeerLoss, SurvivorsFailNamingTheDeadRankAndExit) {
     }
   }
   const std::string all = dump();
+  std::printf("%s", all.c_str());  // what each rank reported, for the ctest log
   const bool ended = pids[0] < 0 && pids[kIdle] < 0;
   kill_all();
   ASSERT_TRUE(ended) << "a survivor did not exit after rank 1 was killed:\n" << all;
