@@ -262,6 +262,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Number("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "seconds", 0.0, false,
              &c.stall_shutdown_time_s);
   env.Number("HOROVOD_PEER_LOSS_EXIT_SECONDS", "seconds", 0.0, false, &c.peer_loss_exit_s);
+  env.Number("HOROVOD_PEER_TIMEOUT_SECONDS", "seconds", 0.0, false, &c.peer_timeout_s);
   env.Bool("HOROVOD_AUTOTUNE", &c.autotune);
   env.String("HOROVOD_AUTOTUNE_LOG", &c.autotune_log);
   env.Int("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "samples", 0, kIntMax, &c.autotune_warmup_samples);
@@ -370,6 +371,7 @@ std::string Config::Describe() const {
   line("HOROVOD_STALL_CHECK_TIME_SECONDS", stall_check_time_s);
   line("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_time_s);
   line("HOROVOD_PEER_LOSS_EXIT_SECONDS", peer_loss_exit_s);
+  line("HOROVOD_PEER_TIMEOUT_SECONDS", peer_timeout_s);
   line("HOROVOD_AUTOTUNE", b(autotune));
   line("HOROVOD_AUTOTUNE_LOG", autotune_log);
   line("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", autotune_warmup_samples);

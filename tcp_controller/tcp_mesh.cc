@@ -1,7 +1,9 @@
 #include "tcp_controller/tcp_mesh.h"
 
 #include <fmt/format.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -32,7 +34,12 @@ void Mesh::Impl::Start() {
     boost::system::error_code ignored;
     peers[p].socket->native_non_blocking(true, ignored);  // the writers poll when it is full
     peers[p].fd = peers[p].socket->native_handle();
+    peers[p].last_heard = std::chrono::steady_clock::now();
     StartRead(p);
+  }
+  if (options.peer_timeout.count() > 0) {
+    beat = std::make_unique<asio::steady_timer>(io);
+    ArmBeat();
   }
   thread = std::thread([this] { io.run(); });
 }
@@ -42,6 +49,7 @@ void Mesh::Impl::StartRead(int p) {
   asio::async_read(*peer.socket, asio::buffer(peer.header, kFrameHeaderBytes),
                    [this, p](const boost::system::error_code& ec, size_t) {
                      Peer& pr = peers[p];
+                     pr.last_heard = std::chrono::steady_clock::now();
                      std::unique_lock<std::mutex> lock(mu);
                      if (ec) {
                        if (closing) {  // the peer's half-close, or our own final close
@@ -70,6 +78,11 @@ void Mesh::Impl::StartRead(int p) {
                                                      magic, length));
                        return;
                      }
+                     if (length == 0 && pr.channel == kHeartbeatChannel) {
+                       lock.unlock();
+                       StartRead(p);
+                       return;
+                     }
                      if (length == 0 && pr.channel == kByeChannel) {
                        pr.said_bye = true;
                        lock.unlock();
@@ -84,32 +97,83 @@ void Mesh::Impl::StartRead(int p) {
                        return;
                      }
                      lock.unlock();
-                     ReadBody(p, length);
+                     pr.body.resize(static_cast<size_t>(length));
+                     ReadBody(p, 0);
                    });
 }
 
-void Mesh::Impl::ReadBody(int p, uint64_t length) {
+void Mesh::Impl::ReadBody(int p, size_t offset) {
   Peer& peer = peers[p];
-  peer.body.resize(static_cast<size_t>(length));
-  asio::async_read(*peer.socket, asio::buffer(&peer.body[0], peer.body.size()),
-                   [this, p](const boost::system::error_code& ec, size_t) {
-                     Peer& pr = peers[p];
-                     std::unique_lock<std::mutex> lock(mu);
-                     if (ec) {
-                       if (pr.error.ok()) {
-                         FailPeerLocked(p, fmt::format("connection failed in the middle of a "
-                                                       "message: {}",
-                                                       ec == asio::error::eof ? "closed by the peer"
-                                                                              : ec.message()));
-                       }
-                       return;
-                     }
-                     inbox[Key(p, pr.channel)].push_back(std::move(pr.body));
-                     pr.body = std::string();
-                     cv.notify_all();
-                     lock.unlock();
-                     StartRead(p);
-                   });
+  // Piece by piece, so every byte that arrives counts as a sign of life (heartbeats).
+  peer.socket->async_read_some(
+      asio::buffer(&peer.body[offset], peer.body.size() - offset),
+      [this, p, offset](const boost::system::error_code& ec, size_t n) {
+        Peer& pr = peers[p];
+        pr.last_heard = std::chrono::steady_clock::now();
+        if (!ec && offset + n < pr.body.size()) {
+          ReadBody(p, offset + n);
+          return;
+        }
+        std::unique_lock<std::mutex> lock(mu);
+        if (ec) {
+          if (pr.error.ok()) {
+            FailPeerLocked(
+                p, fmt::format("connection failed in the middle of a "
+                               "message: {}",
+                               ec == asio::error::eof ? "closed by the peer" : ec.message()));
+          }
+          return;
+        }
+        inbox[Key(p, pr.channel)].push_back(std::move(pr.body));
+        pr.body = std::string();
+        cv.notify_all();
+        lock.unlock();
+        StartRead(p);
+      });
+}
+
+void Mesh::Impl::ArmBeat() {
+  beat->expires_after(options.peer_timeout / 4);
+  beat->async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) Beat();
+  });
+}
+
+void Mesh::Impl::Beat() {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (closing) return;
+  }
+  for (int p = 0; p < options.size; ++p) {
+    if (p == options.rank) continue;
+    Peer& peer = peers[p];
+    // Send only when no writer is active and nothing is queued in the kernel: then the 16 bytes
+    // go out whole at once, and this thread never waits. Queued bytes reach the peer anyway.
+    std::unique_lock<std::mutex> send_lock(peer.send_mu, std::try_to_lock);
+    int queued = 1;
+    if (send_lock.owns_lock() && ::ioctl(peer.fd, SIOCOUTQ, &queued) == 0 && queued == 0) {
+      uint8_t header[kFrameHeaderBytes];
+      PutLe<uint32_t>(header, kFrameMagic);
+      PutLe<uint32_t>(header + 4, kHeartbeatChannel);
+      PutLe<uint64_t>(header + 8, 0);
+      (void)::send(peer.fd, header, kFrameHeaderBytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (send_lock.owns_lock()) send_lock.unlock();
+    boost::system::error_code ignored;
+    if (now - peer.last_heard > options.peer_timeout && peer.socket->available(ignored) == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      // A peer that said goodbye owes us nothing more.
+      if (peer.error.ok() && !closing && !peer.said_bye && !peer.eof) {
+        FailPeerLocked(
+            p, fmt::format("sent nothing for {:.1f} s (HOROVOD_PEER_TIMEOUT_SECONDS={:g}): it is "
+                           "stopped, hung or cut off",
+                           std::chrono::duration<double>(now - peer.last_heard).count(),
+                           options.peer_timeout.count() / 1000.0));
+      }
+    }
+  }
+  ArmBeat();
 }
 
 Status Mesh::Impl::WriteFrame(int p, uint32_t channel, const void* data, size_t bytes) {
@@ -346,6 +410,7 @@ void Mesh::Close() {
     m.cv.notify_all();
   }
   asio::post(m.io, [&m] {
+    if (m.beat) m.beat->cancel();
     for (Peer& p : m.peers) {
       boost::system::error_code ignored;
       if (p.socket) p.socket->close(ignored);

@@ -44,6 +44,10 @@ struct MeshOptions {
   uint64_t job_token = 0;
   // Bounds rendezvous and connection set-up, and Close()'s wait for the peers.
   std::chrono::milliseconds timeout{30000};
+  // Heartbeats (0 = off): every peer_timeout / 4 the I/O thread sends each idle connection an
+  // empty frame; a peer from which no byte arrives for peer_timeout is lost (stopped, hung or cut
+  // off). Any received byte counts, so a long transfer never looks silent.
+  std::chrono::milliseconds peer_timeout{0};
   // Where the peer list came from, for error messages ("HVDC_TCP_PEERS").
   std::string source = "HVDC_TCP_PEERS";
 };

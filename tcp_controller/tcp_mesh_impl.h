@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -30,6 +31,8 @@ constexpr uint32_t kProtocolVersion = 1;
 // An empty frame on this channel says "I am closing in order": the end of the connection that
 // follows is no failure. A connection that ends without it is a lost peer.
 constexpr uint32_t kByeChannel = 0xffffffffu;
+// Empty frames on this channel only say "alive" (MeshOptions::peer_timeout).
+constexpr uint32_t kHeartbeatChannel = 0xfffffffeu;
 constexpr size_t kFrameHeaderBytes = 16;  // magic, channel, length (u64)
 constexpr size_t kHelloBytes = 32;        // magic, version, rank, size, token (u64), reserved (u64)
 constexpr size_t kAckBytes = 16;          // magic, version, rank, reserved
@@ -58,6 +61,7 @@ struct Peer {
   uint8_t header[kFrameHeaderBytes] = {};
   uint32_t channel = 0;
   std::string body;
+  std::chrono::steady_clock::time_point last_heard;  // the last byte received (heartbeats)
   // Guarded by Mesh::Impl::mu.
   bool eof = false;       // the peer half-closed (expected only once we are closing too)
   bool said_bye = false;  // the peer announced an orderly close (kByeChannel)
@@ -73,7 +77,10 @@ class Mesh::Impl {
   // Running (tcp_mesh.cc).
   void Start();  // starts the reads and the I/O thread
   void StartRead(int p);
-  void ReadBody(int p, uint64_t length);
+  void ReadBody(int p, size_t offset);
+  // Heartbeats: sends them to idle connections and fails silent peers (I/O thread).
+  void ArmBeat();
+  void Beat();
   // Writes one frame to p from the calling thread (holding p's send_mu).
   Status WriteFrame(int p, uint32_t channel, const void* data, size_t bytes);
   // Records the peer's error (first one wins) and shuts its connection down (waking any writer).
@@ -84,6 +91,7 @@ class Mesh::Impl {
 
   const MeshOptions options;
   asio::io_context io;
+  std::unique_ptr<asio::steady_timer> beat;
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
   std::vector<Peer> peers;

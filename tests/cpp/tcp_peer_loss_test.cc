@@ -3,7 +3,8 @@
 // again) while ranks 0 and 1 keep submitting, and the test SIGKILLs rank 1. The survivors must fail
 // their pending operation with an error naming rank 1 and its host (once per request), and exit
 // non-zero on their own (HOROVOD_PEER_LOSS_EXIT_SECONDS) -- rank 0 blocked in a collective, rank 2
-// idle. The only time bound is the test's own: every wait gives up after kLimit.
+// idle. The same with rank 1 stopped (SIGSTOP) instead: the heartbeats catch it. The only time
+// bound is the test's own: every wait gives up after kLimit.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -152,7 +153,8 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-TEST(TcpPeerLoss, SurvivorsFailNamingTheDeadRankAndExit) {
+// Starts the job, sends `sig` to rank 1 once every rank warmed up, and checks the survivors.
+void RunAndHit(int sig, const std::string& why) {
   const std::vector<std::string> peers = hvdc::tcp_test::FreeLoopbackPeers(kSize);
   std::string list;
   for (const auto& p : peers) list += (list.empty() ? "" : ",") + p;
@@ -173,7 +175,8 @@ TEST(TcpPeerLoss, SurvivorsFailNamingTheDeadRankAndExit) {
       setenv("HVDC_TCP_PEERS", list.c_str(), 1);
       setenv("HOROVOD_RANK", std::to_string(r).c_str(), 1);
       setenv("HOROVOD_SIZE", std::to_string(kSize).c_str(), 1);
-      unsetenv("HOROVOD_PEER_LOSS_EXIT_SECONDS");  // the default applies
+      unsetenv("HOROVOD_PEER_LOSS_EXIT_SECONDS");  // the defaults apply
+      unsetenv("HOROVOD_PEER_TIMEOUT_SECONDS");
       execl("/proc/self/exe", "tcp_peer_loss_test", static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -208,9 +211,11 @@ TEST(TcpPeerLoss, SurvivorsFailNamingTheDeadRankAndExit) {
     FAIL() << "the ranks did not all warm up within the test's bound:\n" << dump();
   }
 
-  kill(pids[kKilled], SIGKILL);
-  waitpid(pids[kKilled], nullptr, 0);
-  pids[kKilled] = -1;
+  kill(pids[kKilled], sig);
+  if (sig == SIGKILL) {
+    waitpid(pids[kKilled], nullptr, 0);
+    pids[kKilled] = -1;
+  }
 
   // The survivors end on their own, before the test's bound.
   std::vector<int> status(kSize, -1);
@@ -227,7 +232,7 @@ TEST(TcpPeerLoss, SurvivorsFailNamingTheDeadRankAndExit) {
   const std::string all = dump();
   std::printf("%s", all.c_str());  // what each rank reported, for the ctest log
   const bool ended = pids[0] < 0 && pids[kIdle] < 0;
-  kill_all();
+  kill_all();  // a stopped rank 1 too (SIGKILL ends a stopped process)
   ASSERT_TRUE(ended) << "a survivor did not exit after rank 1 was killed:\n" << all;
 
   const std::string named = "rank 1 (" + peers[kKilled] + ")";
@@ -252,6 +257,14 @@ TEST(TcpPeerLoss, SurvivorsFailNamingTheDeadRankAndExit) {
   for (int r = 0; r < kSize; ++r) std::remove(logs[r].c_str());
   rmdir(dir.c_str());
 }
+
+TEST(TcpPeerLoss, KilledRankEndsTheSurvivors) {
+  RunAndHit(SIGKILL, "closed the connection without shutting down");
+}
+
+// A stopped rank (SIGSTOP) keeps its connections open: the heartbeats (default
+// HOROVOD_PEER_TIMEOUT_SECONDS) catch it.
+TEST(TcpPeerLoss, StoppedRankEndsTheSurvivors) { RunAndHit(SIGSTOP, "sent nothing for"); }
 
 }  // namespace
 
