@@ -5,6 +5,8 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "tcp_controller/http_store.h"
 #include "tcp_test_util.h"
@@ -384,6 +386,73 @@ TEST(TcpMesh, UnreachableRendezvousService) {
   EXPECT_EQ(s.code(), StatusCode::kUnknownError);
   EXPECT_NE(s.message().find("HOROVOD_GLOO_RENDEZVOUS_ADDR"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(free[0]), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace hvdc
+
+namespace hvdc {
+namespace {
+
+// Heartbeats keep idle live peers alive, a large transfer is no silence, and an orderly close is
+// no loss (tcp_peer_loss_test covers the real losses: processes killed or stopped).
+TEST(TcpMesh, HeartbeatsKeepIdlePeersAndReportLoss) {
+  const int n = 3;
+  const auto peer_timeout = std::chrono::milliseconds(300);
+  tcp::InMemoryStore store;
+  std::vector<std::shared_ptr<tcp::Mesh>> meshes(n);
+  tcp_test::RunRanks(n, [&](int r) {
+    tcp::MeshOptions o = tcp_test::StoreOptions(&store, r, n);
+    o.peer_timeout = peer_timeout;
+    Status s = tcp::Mesh::Create(o, &meshes[r]);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+  for (auto& m : meshes) ASSERT_TRUE(m);
+  std::mutex mu;
+  std::vector<std::vector<std::string>> lost(n);
+  for (int r = 0; r < n; ++r) {
+    meshes[r]->SetPeerLostHandler([&, r](const Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      lost[r].push_back(s.message());
+    });
+  }
+  // Idle for many timeouts: the heartbeats keep every peer.
+  std::this_thread::sleep_for(peer_timeout * 8);
+  // A large message (several frames) in both directions between 0 and 1.
+  const size_t bytes = (tcp::Mesh::kMaxFrameBytes * 2) + 12345;
+  std::vector<uint8_t> out(bytes);
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * 31 + 7);
+  tcp_test::RunRanks(2, [&](int r) {
+    std::vector<uint8_t> in(bytes);
+    const int other = 1 - r;
+    ASSERT_TRUE(meshes[r]->SendLarge(other, 5, out.data(), bytes).ok());
+    ASSERT_TRUE(meshes[r]->RecvLarge(other, 5, in.data(), bytes).ok());
+    EXPECT_EQ(in, out);
+  });
+  for (int r = 0; r < n; ++r) {
+    for (int q = 0; q < n; ++q) {
+      if (q != r) {
+        EXPECT_TRUE(meshes[r]->PeerStatus(q).ok()) << r << "->" << q;
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (int r = 0; r < n; ++r) EXPECT_TRUE(lost[r].empty()) << lost[r].front();
+  }
+  // Rank 2 closes in order (goodbye first): nobody reports a loss.
+  meshes[2]->SetPeerLostHandler(nullptr);
+  std::thread closer([&] { meshes[2]->Close(); });
+  // Ranks 0 and 1 close too (Close waits for every peer's end), after a few timeouts.
+  std::this_thread::sleep_for(peer_timeout * 4);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(lost[0].empty()) << lost[0].front();
+    EXPECT_TRUE(lost[1].empty()) << lost[1].front();
+  }
+  for (int r = 0; r < 2; ++r) meshes[r]->SetPeerLostHandler(nullptr);
+  tcp_test::RunRanks(2, [&](int r) { meshes[r]->Close(); });
+  closer.join();
 }
 
 }  // namespace
