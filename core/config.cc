@@ -63,6 +63,58 @@ std::string RangeText(int64_t min, int64_t max) {
   return fmt::format("must be between {} and {}", min, max);
 }
 
+// How a no-effect setting's value is checked: a switch, or a whole number in [min, max], or a
+// number >= 0, or any text.
+enum class ValueKind { kSwitch, kInt, kNumber, kText };
+
+struct NoEffectEntry {
+  NoEffectSetting setting;
+  ValueKind kind;
+  const char* what = "";  // the unit named in a value error
+  int64_t min = 0;
+  int64_t max = 0;
+};
+
+// The one list of accepted-but-inactive settings (docs: README's variable table and
+// docs/differences.md say the same).
+const std::vector<NoEffectEntry>& NoEffectEntries() {
+  constexpr const char* kAutotune = "autotune is not implemented; the fixed settings are used";
+  constexpr const char* kGpu = "a GPU (NCCL) path option, and the NCCL backend does not read it";
+  static const std::vector<NoEffectEntry> entries = {
+      {{"HOROVOD_AUTOTUNE", kAutotune}, ValueKind::kSwitch},
+      {{"HOROVOD_AUTOTUNE_LOG", kAutotune}, ValueKind::kText},
+      {{"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", kAutotune}, ValueKind::kInt, "samples", 0, kIntMax},
+      {{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kAutotune}, ValueKind::kInt, "cycles", 1, kIntMax},
+      {{"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kAutotune},
+       ValueKind::kInt,
+       "samples",
+       1,
+       kIntMax},
+      {{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kAutotune}, ValueKind::kNumber, "noise"},
+      {{"HOROVOD_ELASTIC",
+        "the core has no elastic recovery: a lost rank ends the job (the Python elastic "
+        "helpers still read it)"},
+       ValueKind::kSwitch},
+      {{"HOROVOD_HIERARCHICAL_ALLREDUCE", kGpu}, ValueKind::kSwitch},
+      {{"HOROVOD_HIERARCHICAL_ALLGATHER", kGpu}, ValueKind::kSwitch},
+      {{"HOROVOD_TORUS_ALLREDUCE", kGpu}, ValueKind::kSwitch},
+      {{"HOROVOD_NUM_NCCL_STREAMS", kGpu},
+       ValueKind::kInt,
+       "streams",
+       std::numeric_limits<int>::min(),
+       kIntMax},
+      {{"HOROVOD_ENABLE_ASYNC_COMPLETION", kGpu}, ValueKind::kSwitch},
+      {{"HOROVOD_BATCH_D2D_MEMCOPIES", kGpu}, ValueKind::kSwitch},
+      {{"HOROVOD_DISABLE_NVTX_RANGES", kGpu}, ValueKind::kSwitch},
+      {{"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "Adasum is not implemented"},
+       ValueKind::kInt,
+       "bytes",
+       1,
+       kMaxBytes},
+  };
+  return entries;
+}
+
 // Reads the variables in a fixed order; the first invalid one becomes the error. Setters leave
 // the target untouched when the variable is unset or empty.
 class EnvReader {
@@ -188,6 +240,29 @@ class EnvReader {
                     name, Quote(*raw)));
   }
 
+  // Validates a no-effect setting; true when it is set to something that asks for an effect
+  // (anything but a switch set to false). *raw gets the value as given.
+  bool NoEffect(const NoEffectEntry& e, std::string* raw) {
+    std::optional<std::string> value = Raw(e.setting.name);
+    if (!value) return false;
+    *raw = *value;
+    bool on = true;
+    int64_t i = 0;
+    double d = 0;
+    std::string text;
+    switch (e.kind) {
+      case ValueKind::kSwitch:
+        return Bool(e.setting.name, &on) && on;
+      case ValueKind::kInt:
+        return Int(e.setting.name, e.what, e.min, e.max, &i);
+      case ValueKind::kNumber:
+        return Number(e.setting.name, e.what, 0.0, false, &d);
+      case ValueKind::kText:
+        return String(e.setting.name, &text);
+    }
+    return false;
+  }
+
   bool IntList(const char* name, std::vector<int>* out) {
     std::optional<std::string> raw = Raw(name);
     if (!raw) return false;
@@ -247,11 +322,10 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   EnvReader env(getenv);
 
   env.Int("HOROVOD_FUSION_THRESHOLD", "bytes", 0, kMaxBytes, &c.fusion_threshold_bytes);
-  env.Bool("HOROVOD_ENABLE_XLA_OPS", &c.enable_xla_ops);
-  if (c.enable_xla_ops) {
-    // As in Horovod: XLA ops want no batching delay and asynchronous GPU completion.
+  bool xla_ops = false;
+  if (env.Bool("HOROVOD_ENABLE_XLA_OPS", &xla_ops) && xla_ops) {
+    // As in Horovod, XLA ops want no batching delay (the only effect of this variable here).
     c.cycle_time_ms = 0.0;
-    c.enable_async_completion = true;
   }
   env.Number("HOROVOD_CYCLE_TIME", "milliseconds", 0.0, false, &c.cycle_time_ms);
   env.Int("HOROVOD_CACHE_CAPACITY", "entries", 0, kIntMax, &c.cache_capacity);
@@ -263,29 +337,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
              &c.stall_shutdown_time_s);
   env.Number("HOROVOD_PEER_LOSS_EXIT_SECONDS", "seconds", 0.0, false, &c.peer_loss_exit_s);
   env.Number("HOROVOD_PEER_TIMEOUT_SECONDS", "seconds", 0.0, false, &c.peer_timeout_s);
-  env.Bool("HOROVOD_AUTOTUNE", &c.autotune);
-  env.String("HOROVOD_AUTOTUNE_LOG", &c.autotune_log);
-  env.Int("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "samples", 0, kIntMax, &c.autotune_warmup_samples);
-  env.Int("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "cycles", 1, kIntMax, &c.autotune_steps_per_sample);
-  env.Int("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "samples", 1, kIntMax,
-          &c.autotune_bayes_opt_max_samples);
-  env.Number("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "noise", 0.0, false,
-             &c.autotune_gaussian_process_noise);
-  env.Bool("HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
-  env.Bool("HOROVOD_HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
-  env.Bool("HOROVOD_TORUS_ALLREDUCE", &c.torus_allreduce);
   env.Bool("HOROVOD_MPI_THREADS_DISABLE", &c.mpi_threads_disable);
-  int nccl_streams = c.num_nccl_streams;
-  if (env.Int("HOROVOD_NUM_NCCL_STREAMS", "streams", std::numeric_limits<int>::min(), kIntMax,
-              &nccl_streams)) {
-    if (nccl_streams > 0) {
-      c.num_nccl_streams = nccl_streams;
-    } else {
-      warn.push_back(fmt::format(
-          "HOROVOD_NUM_NCCL_STREAMS={} is not positive and is ignored; using {} stream(s)",
-          nccl_streams, c.num_nccl_streams));
-    }
-  }
   env.Level("HOROVOD_LOG_LEVEL", &c.log_level);
   env.Bool("HOROVOD_LOG_HIDE_TIME", &c.log_hide_time);
   // Horovod's controllers are MPI and Gloo; its CPU operations MPI, Gloo and oneCCL.
@@ -294,11 +346,6 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Bool("HOROVOD_DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets);
   env.Bool("HOROVOD_DISABLE_GROUP_FUSION", &c.disable_group_fusion);
   env.IntList("HOROVOD_THREAD_AFFINITY", &c.thread_affinity);
-  env.Bool("HOROVOD_ENABLE_ASYNC_COMPLETION", &c.enable_async_completion);
-  env.Bool("HOROVOD_BATCH_D2D_MEMCOPIES", &c.batch_d2d_memcopies);
-  env.Bool("HOROVOD_DISABLE_NVTX_RANGES", &c.disable_nvtx_ranges);
-  env.Bool("HOROVOD_ELASTIC", &c.elastic);
-  env.Int("HOROVOD_ADASUM_MPI_CHUNK_SIZE", "bytes", 1, kMaxBytes, &c.adasum_mpi_chunk_size);
   env.String("HOROVOD_GLOO_IFACE", &c.gloo_iface);
   env.Int("HOROVOD_GLOO_TIMEOUT_SECONDS", "seconds", 1, kIntMax, &c.gloo_timeout_s);
   env.Int("HOROVOD_RANK", "rank", 0, kIntMax, &c.gloo.rank);
@@ -313,6 +360,13 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.String("HVDC_TCP_PEERS", &c.tcp_peers);
   env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
+  for (const NoEffectEntry& e : NoEffectEntries()) {
+    std::string raw;
+    if (env.NoEffect(e, &raw)) {
+      warn.push_back(fmt::format("{}={} is accepted but has no effect here: {}", e.setting.name,
+                                 Quote(raw), e.setting.why));
+    }
+  }
   if (!env.status().ok()) return env.status();
 
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
@@ -326,14 +380,6 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
         c.stall_shutdown_time_s, c.stall_check_time_s));
     c.stall_shutdown_time_s = 0.0;
   }
-  if (c.autotune) {
-    warn.push_back("HOROVOD_AUTOTUNE=1: autotune is not implemented yet; fixed settings are used");
-  }
-  if (c.elastic) {
-    warn.push_back(
-        "HOROVOD_ELASTIC=1: elastic mode is not implemented yet; a failed rank ends the job");
-  }
-
   *out = std::move(c);
   if (warnings != nullptr) {
     for (std::string& w : warn) warnings->push_back(std::move(w));
@@ -350,6 +396,15 @@ Status Config::FromProcessEnv(Config* out, std::vector<std::string>* warnings) {
         return std::string(v);
       },
       out, warnings);
+}
+
+const std::vector<NoEffectSetting>& NoEffectSettings() {
+  static const std::vector<NoEffectSetting> settings = [] {
+    std::vector<NoEffectSetting> out;
+    for (const NoEffectEntry& e : NoEffectEntries()) out.push_back(e.setting);
+    return out;
+  }();
+  return settings;
 }
 
 std::string Config::Describe() const {
@@ -372,17 +427,7 @@ std::string Config::Describe() const {
   line("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_time_s);
   line("HOROVOD_PEER_LOSS_EXIT_SECONDS", peer_loss_exit_s);
   line("HOROVOD_PEER_TIMEOUT_SECONDS", peer_timeout_s);
-  line("HOROVOD_AUTOTUNE", b(autotune));
-  line("HOROVOD_AUTOTUNE_LOG", autotune_log);
-  line("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", autotune_warmup_samples);
-  line("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", autotune_steps_per_sample);
-  line("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", autotune_bayes_opt_max_samples);
-  line("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", autotune_gaussian_process_noise);
-  line("HOROVOD_HIERARCHICAL_ALLREDUCE", b(hierarchical_allreduce));
-  line("HOROVOD_HIERARCHICAL_ALLGATHER", b(hierarchical_allgather));
-  line("HOROVOD_TORUS_ALLREDUCE", b(torus_allreduce));
   line("HOROVOD_MPI_THREADS_DISABLE", b(mpi_threads_disable));
-  line("HOROVOD_NUM_NCCL_STREAMS", num_nccl_streams);
   line("HOROVOD_LOG_LEVEL", LogLevelName(log_level));
   line("HOROVOD_LOG_HIDE_TIME", b(log_hide_time));
   line("HOROVOD_CONTROLLER", controller);
@@ -390,12 +435,6 @@ std::string Config::Describe() const {
   line("HOROVOD_DYNAMIC_PROCESS_SETS", b(dynamic_process_sets));
   line("HOROVOD_DISABLE_GROUP_FUSION", b(disable_group_fusion));
   line("HOROVOD_THREAD_AFFINITY", affinity);
-  line("HOROVOD_ENABLE_XLA_OPS", b(enable_xla_ops));
-  line("HOROVOD_ENABLE_ASYNC_COMPLETION", b(enable_async_completion));
-  line("HOROVOD_BATCH_D2D_MEMCOPIES", b(batch_d2d_memcopies));
-  line("HOROVOD_DISABLE_NVTX_RANGES", b(disable_nvtx_ranges));
-  line("HOROVOD_ELASTIC", b(elastic));
-  line("HOROVOD_ADASUM_MPI_CHUNK_SIZE", adasum_mpi_chunk_size);
   line("HOROVOD_GLOO_IFACE", gloo_iface);
   line("HOROVOD_GLOO_TIMEOUT_SECONDS", gloo_timeout_s);
   line("HOROVOD_RANK", gloo.rank);

@@ -19,7 +19,8 @@ struct Config {
   // HOROVOD_FUSION_THRESHOLD: fusion buffer bytes; 0 disables fusion.
   int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
   // HOROVOD_CYCLE_TIME (ms, float): the longest wait for stragglers while a batch executes.
-  // Defaults to 0 when HOROVOD_ENABLE_XLA_OPS=1 (as in Horovod).
+  // Defaults to 0 when HOROVOD_ENABLE_XLA_OPS=1 (as in Horovod; that is all that variable does
+  // here).
   double cycle_time_ms = 1.0;
   // HOROVOD_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
   int64_t cache_capacity = 1024;
@@ -40,24 +41,9 @@ struct Config {
   // HOROVOD_PEER_TIMEOUT_SECONDS: TCP transport: a peer from which nothing (data or heartbeat)
   // arrives for this long is lost -- stopped, hung or cut off (0 = no heartbeats).
   double peer_timeout_s = 6.0;
-  // HOROVOD_AUTOTUNE (+ _LOG, _WARMUP_SAMPLES, _STEPS_PER_SAMPLE, _BAYES_OPT_MAX_SAMPLES,
-  // _GAUSSIAN_PROCESS_NOISE): not implemented yet; a warning at init, fixed settings are used.
-  // The tuning parameters are still validated and kept for when the tuner arrives.
-  bool autotune = false;
-  std::string autotune_log;                      // HOROVOD_AUTOTUNE_LOG: CSV of samples (rank 0)
-  int autotune_warmup_samples = 3;               // HOROVOD_AUTOTUNE_WARMUP_SAMPLES (>= 0)
-  int autotune_steps_per_sample = 10;            // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE (>= 1)
-  int autotune_bayes_opt_max_samples = 20;       // HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (>= 1)
-  double autotune_gaussian_process_noise = 0.8;  // HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (>= 0)
-  // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER, HOROVOD_TORUS_ALLREDUCE: accepted, NCCL-only.
-  bool hierarchical_allreduce = false;
-  bool hierarchical_allgather = false;
-  bool torus_allreduce = false;
   // HOROVOD_MPI_THREADS_DISABLE: request MPI_THREAD_SERIALIZED; control and execution share a
   // thread.
   bool mpi_threads_disable = false;
-  // HOROVOD_NUM_NCCL_STREAMS: GPU streams per device (values <= 0 are ignored, as in Horovod).
-  int num_nccl_streams = 1;
   // HOROVOD_LOG_LEVEL: trace, debug, info, warning, error, fatal (case-insensitive).
   LogLevel log_level = LogLevel::kWarning;
   // HOROVOD_LOG_HIDE_TIME: drop timestamps from log lines.
@@ -73,19 +59,8 @@ struct Config {
   bool disable_group_fusion = false;
   // HOROVOD_THREAD_AFFINITY: comma-separated core ids, one per local rank (control thread).
   std::vector<int> thread_affinity;
-  // HOROVOD_ENABLE_XLA_OPS, HOROVOD_ENABLE_ASYNC_COMPLETION, HOROVOD_BATCH_D2D_MEMCOPIES,
-  // HOROVOD_DISABLE_NVTX_RANGES: GPU-path switches. HOROVOD_ENABLE_XLA_OPS=1 also turns async
-  // completion on (as in Horovod).
-  bool enable_xla_ops = false;
-  bool enable_async_completion = false;
-  bool batch_d2d_memcopies = true;
-  bool disable_nvtx_ranges = false;
-  // HOROVOD_ELASTIC: elastic mode is not implemented yet (a warning).
-  bool elastic = false;
-  // HOROVOD_ADASUM_MPI_CHUNK_SIZE: parsed for compatibility (Adasum comes later).
-  int64_t adasum_mpi_chunk_size = 1LL << 30;
-  // HOROVOD_GLOO_IFACE, HOROVOD_GLOO_TIMEOUT_SECONDS: accepted and validated for the Gloo/TCP
-  // transport that comes later (horovodrun --gloo sets them).
+  // HOROVOD_GLOO_IFACE: the TCP transport listens on this interface's address.
+  // HOROVOD_GLOO_TIMEOUT_SECONDS: how long the TCP transport's rendezvous waits for every rank.
   std::string gloo_iface;
   int gloo_timeout_s = 30;
   // The TCP ("gloo") transport's identity, as horovodrun --gloo sets it (or by hand); -1 or empty
@@ -139,5 +114,15 @@ struct Config {
 };
 
 const char* LogLevelName(LogLevel level);  // "trace", ..., "fatal"
+
+// Horovod settings this runtime accepts but does not act on (autotune, elastic recovery, the
+// GPU-path switches): Config has no field for them. Config::FromEnv still validates each one's
+// value (a bad value fails init like any other), and each that is set, other than a switch set to
+// false, is named in one warning: "<VAR>=<value> is accepted but has no effect here: <why>".
+struct NoEffectSetting {
+  const char* name;
+  const char* why;
+};
+const std::vector<NoEffectSetting>& NoEffectSettings();
 
 }  // namespace hvdc

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,19 +54,10 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_FALSE(c.stall_check_disable);
   EXPECT_EQ(c.stall_check_time_s, 60.0);
   EXPECT_EQ(c.stall_shutdown_time_s, 0.0);
-  EXPECT_FALSE(c.autotune);
-  EXPECT_EQ(c.autotune_warmup_samples, 3);
-  EXPECT_EQ(c.autotune_steps_per_sample, 10);
-  EXPECT_EQ(c.autotune_bayes_opt_max_samples, 20);
-  EXPECT_EQ(c.autotune_gaussian_process_noise, 0.8);
-  EXPECT_EQ(c.num_nccl_streams, 1);
   EXPECT_EQ(c.log_level, LogLevel::kWarning);
   EXPECT_EQ(c.controller, "mpi");
   EXPECT_EQ(c.cpu_operations, "mpi");
   EXPECT_TRUE(c.thread_affinity.empty());
-  EXPECT_TRUE(c.batch_d2d_memcopies);
-  EXPECT_FALSE(c.enable_async_completion);
-  EXPECT_EQ(c.adasum_mpi_chunk_size, 1LL << 30);
   EXPECT_EQ(c.gloo_timeout_s, 30);
   EXPECT_EQ(c.chunk_bytes, d.chunk_bytes);
   EXPECT_EQ(c.zero_copy_bytes, d.zero_copy_bytes);
@@ -83,17 +75,7 @@ TEST(ConfigTest, EveryVariableValid) {
                       {"HOROVOD_STALL_CHECK_DISABLE", "1"},
                       {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
                       {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90"},
-                      {"HOROVOD_AUTOTUNE", "0"},
-                      {"HOROVOD_AUTOTUNE_LOG", "/tmp/a.csv"},
-                      {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "0"},
-                      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "5"},
-                      {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "7"},
-                      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.25"},
-                      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
-                      {"HOROVOD_HIERARCHICAL_ALLGATHER", "true"},
-                      {"HOROVOD_TORUS_ALLREDUCE", "yes"},
                       {"HOROVOD_MPI_THREADS_DISABLE", "1"},
-                      {"HOROVOD_NUM_NCCL_STREAMS", "4"},
                       {"HOROVOD_LOG_LEVEL", "DEBUG"},
                       {"HOROVOD_LOG_HIDE_TIME", "1"},
                       {"HOROVOD_CONTROLLER", "MPI"},
@@ -102,11 +84,6 @@ TEST(ConfigTest, EveryVariableValid) {
                       {"HOROVOD_DISABLE_GROUP_FUSION", "1"},
                       {"HOROVOD_THREAD_AFFINITY", "0, 2,4"},
                       {"HOROVOD_ENABLE_XLA_OPS", "0"},
-                      {"HOROVOD_ENABLE_ASYNC_COMPLETION", "1"},
-                      {"HOROVOD_BATCH_D2D_MEMCOPIES", "0"},
-                      {"HOROVOD_DISABLE_NVTX_RANGES", "1"},
-                      {"HOROVOD_ELASTIC", "0"},
-                      {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "1048576"},
                       {"HOROVOD_GLOO_IFACE", "eth0"},
                       {"HOROVOD_GLOO_TIMEOUT_SECONDS", "60"},
                       {"HVDC_CHUNK_BYTES", "8192"},
@@ -121,17 +98,7 @@ TEST(ConfigTest, EveryVariableValid) {
   EXPECT_TRUE(c.stall_check_disable);
   EXPECT_EQ(c.stall_check_time_s, 30.0);
   EXPECT_EQ(c.stall_shutdown_time_s, 90.0);
-  EXPECT_FALSE(c.autotune);
-  EXPECT_EQ(c.autotune_log, "/tmp/a.csv");
-  EXPECT_EQ(c.autotune_warmup_samples, 0);
-  EXPECT_EQ(c.autotune_steps_per_sample, 5);
-  EXPECT_EQ(c.autotune_bayes_opt_max_samples, 7);
-  EXPECT_EQ(c.autotune_gaussian_process_noise, 0.25);
-  EXPECT_TRUE(c.hierarchical_allreduce);
-  EXPECT_TRUE(c.hierarchical_allgather);
-  EXPECT_TRUE(c.torus_allreduce);
   EXPECT_TRUE(c.mpi_threads_disable);
-  EXPECT_EQ(c.num_nccl_streams, 4);
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
   EXPECT_TRUE(c.log_hide_time);
   EXPECT_EQ(c.controller, "mpi");
@@ -139,12 +106,6 @@ TEST(ConfigTest, EveryVariableValid) {
   EXPECT_TRUE(c.dynamic_process_sets);
   EXPECT_TRUE(c.disable_group_fusion);
   EXPECT_EQ(c.thread_affinity, (std::vector<int>{0, 2, 4}));
-  EXPECT_FALSE(c.enable_xla_ops);
-  EXPECT_TRUE(c.enable_async_completion);
-  EXPECT_FALSE(c.batch_d2d_memcopies);
-  EXPECT_TRUE(c.disable_nvtx_ranges);
-  EXPECT_FALSE(c.elastic);
-  EXPECT_EQ(c.adasum_mpi_chunk_size, 1048576);
   EXPECT_EQ(c.gloo_iface, "eth0");
   EXPECT_EQ(c.gloo_timeout_s, 60);
   EXPECT_EQ(c.chunk_bytes, 8192);
@@ -228,19 +189,10 @@ TEST(ConfigTest, EveryBooleanVariable) {
   const std::vector<std::pair<const char*, bool Config::*>> vars = {
       {"HOROVOD_TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles},
       {"HOROVOD_STALL_CHECK_DISABLE", &Config::stall_check_disable},
-      {"HOROVOD_AUTOTUNE", &Config::autotune},
-      {"HOROVOD_HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce},
-      {"HOROVOD_HIERARCHICAL_ALLGATHER", &Config::hierarchical_allgather},
-      {"HOROVOD_TORUS_ALLREDUCE", &Config::torus_allreduce},
       {"HOROVOD_MPI_THREADS_DISABLE", &Config::mpi_threads_disable},
       {"HOROVOD_LOG_HIDE_TIME", &Config::log_hide_time},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", &Config::dynamic_process_sets},
       {"HOROVOD_DISABLE_GROUP_FUSION", &Config::disable_group_fusion},
-      {"HOROVOD_ENABLE_XLA_OPS", &Config::enable_xla_ops},
-      {"HOROVOD_ENABLE_ASYNC_COMPLETION", &Config::enable_async_completion},
-      {"HOROVOD_BATCH_D2D_MEMCOPIES", &Config::batch_d2d_memcopies},
-      {"HOROVOD_DISABLE_NVTX_RANGES", &Config::disable_nvtx_ranges},
-      {"HOROVOD_ELASTIC", &Config::elastic},
   };
   for (const auto& [var, field] : vars) {
     for (const char* yes : {"1", "2", "true", "TRUE", "Yes", "on", " 1 "}) {
@@ -318,43 +270,59 @@ TEST(ConfigTest, StallShutdownBelowCheckTimeIsIgnoredWithAWarning) {
   EXPECT_TRUE(warnings.empty());
 }
 
-TEST(ConfigTest, AutotuneAndElasticWarn) {
+// Every accepted-but-inactive setting: set to "1" (valid for each kind), it is named in exactly
+// one warning and changes nothing; a switch set to false says nothing.
+TEST(ConfigTest, NoEffectSettingsWarnOnceAndChangeNothing) {
+  ASSERT_FALSE(NoEffectSettings().empty());
+  const std::string defaults = Config().Describe();
+  Env all;
+  for (const NoEffectSetting& n : NoEffectSettings()) {
+    std::vector<std::string> warnings;
+    Config c = ParseOk({{n.name, "1"}}, &warnings);
+    ASSERT_EQ(warnings.size(), 1u) << n.name;
+    EXPECT_EQ(warnings[0],
+              std::string(n.name) + "='1' is accepted but has no effect here: " + n.why);
+    EXPECT_EQ(c.Describe(), defaults) << n.name;
+    all[n.name] = "1";
+  }
   std::vector<std::string> warnings;
-  Config c = ParseOk({{"HOROVOD_AUTOTUNE", "1"}}, &warnings);
-  EXPECT_TRUE(c.autotune);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("autotune is not implemented yet; fixed settings are used"),
-            std::string::npos)
-      << warnings[0];
+  ParseOk(all, &warnings);
+  EXPECT_EQ(warnings.size(), NoEffectSettings().size());
 
-  warnings.clear();
-  c = ParseOk({{"HOROVOD_ELASTIC", "1"}}, &warnings);
-  EXPECT_TRUE(c.elastic);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("HOROVOD_ELASTIC"), std::string::npos) << warnings[0];
-
-  // Hierarchical / torus switches are accepted without a word on a CPU-only build.
-  warnings.clear();
-  ParseOk({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"HOROVOD_TORUS_ALLREDUCE", "1"}}, &warnings);
-  EXPECT_TRUE(warnings.empty());
+  for (const char* off : {"HOROVOD_AUTOTUNE", "HOROVOD_ELASTIC", "HOROVOD_HIERARCHICAL_ALLREDUCE",
+                          "HOROVOD_BATCH_D2D_MEMCOPIES"}) {
+    warnings.clear();
+    ParseOk({{off, "0"}, {"HOROVOD_TORUS_ALLREDUCE", "false"}}, &warnings);
+    EXPECT_TRUE(warnings.empty()) << off << ": " << warnings[0];
+  }
+  // Their values are still checked.
+  for (const char* sw : {"HOROVOD_AUTOTUNE", "HOROVOD_ELASTIC", "HOROVOD_TORUS_ALLREDUCE",
+                         "HOROVOD_DISABLE_NVTX_RANGES"}) {
+    std::string msg = ParseFails(sw, "maybe");
+    EXPECT_NE(msg.find("is not a valid boolean"), std::string::npos) << msg;
+  }
+  ParseFails("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "-1");
 }
 
-TEST(ConfigTest, NonPositiveNcclStreamsAreIgnoredWithAWarning) {
-  for (const char* v : {"0", "-3"}) {
-    std::vector<std::string> warnings;
-    Config c = ParseOk({{"HOROVOD_NUM_NCCL_STREAMS", v}}, &warnings);
-    EXPECT_EQ(c.num_nccl_streams, 1);
-    ASSERT_EQ(warnings.size(), 1u);
-    EXPECT_NE(warnings[0].find("HOROVOD_NUM_NCCL_STREAMS"), std::string::npos);
+// The variables that act are not in the no-effect list, and the list has no repeats.
+TEST(ConfigTest, NoEffectListNamesNoActingVariable) {
+  const std::string described = Config().Describe();
+  std::vector<std::string> seen;
+  for (const NoEffectSetting& n : NoEffectSettings()) {
+    EXPECT_EQ(("\n" + described).find(std::string("\n") + n.name + "="), std::string::npos)
+        << n.name;
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), n.name), 0) << n.name;
+    seen.push_back(n.name);
   }
 }
 
-TEST(ConfigTest, XlaOpsImplyZeroCycleTimeAndAsyncCompletion) {
+TEST(ConfigTest, XlaOpsImplyZeroCycleTime) {
   Config c = ParseOk({{"HOROVOD_ENABLE_XLA_OPS", "1"}});
   EXPECT_EQ(c.cycle_time_ms, 0.0);
-  EXPECT_TRUE(c.enable_async_completion);
   c = ParseOk({{"HOROVOD_ENABLE_XLA_OPS", "1"}, {"HOROVOD_CYCLE_TIME", "5"}});
   EXPECT_EQ(c.cycle_time_ms, 5.0);
+  EXPECT_EQ(ParseOk({{"HOROVOD_ENABLE_XLA_OPS", "0"}}).cycle_time_ms, 1.0);
+  ParseFails("HOROVOD_ENABLE_XLA_OPS", "perhaps");
 }
 
 TEST(ConfigTest, UnderLauncher) {
@@ -393,7 +361,6 @@ TEST(ConfigTest, NullWarningsIsAllowed) {
       },
       &c, nullptr);
   EXPECT_TRUE(s.ok()) << s.ToString();
-  EXPECT_TRUE(c.autotune);
 }
 
 TEST(ConfigTest, DescribeListsEveryVariable) {
@@ -411,17 +378,7 @@ TEST(ConfigTest, DescribeListsEveryVariable) {
                           "HOROVOD_STALL_CHECK_DISABLE",
                           "HOROVOD_STALL_CHECK_TIME_SECONDS",
                           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
-                          "HOROVOD_AUTOTUNE",
-                          "HOROVOD_AUTOTUNE_LOG",
-                          "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
-                          "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",
-                          "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-                          "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
-                          "HOROVOD_HIERARCHICAL_ALLREDUCE",
-                          "HOROVOD_HIERARCHICAL_ALLGATHER",
-                          "HOROVOD_TORUS_ALLREDUCE",
                           "HOROVOD_MPI_THREADS_DISABLE",
-                          "HOROVOD_NUM_NCCL_STREAMS",
                           "HOROVOD_LOG_LEVEL",
                           "HOROVOD_LOG_HIDE_TIME",
                           "HOROVOD_CONTROLLER",
@@ -429,12 +386,6 @@ TEST(ConfigTest, DescribeListsEveryVariable) {
                           "HOROVOD_DYNAMIC_PROCESS_SETS",
                           "HOROVOD_DISABLE_GROUP_FUSION",
                           "HOROVOD_THREAD_AFFINITY",
-                          "HOROVOD_ENABLE_XLA_OPS",
-                          "HOROVOD_ENABLE_ASYNC_COMPLETION",
-                          "HOROVOD_BATCH_D2D_MEMCOPIES",
-                          "HOROVOD_DISABLE_NVTX_RANGES",
-                          "HOROVOD_ELASTIC",
-                          "HOROVOD_ADASUM_MPI_CHUNK_SIZE",
                           "HOROVOD_GLOO_IFACE",
                           "HOROVOD_GLOO_TIMEOUT_SECONDS",
                           "HVDC_CHUNK_BYTES",
