@@ -12,6 +12,7 @@
 #include "core/build_config.h"
 #include "core/builtin.h"
 #include "core/logging.h"
+#include "core/process_set_error.h"
 #include "core/runtime.h"
 
 namespace hvdc {
@@ -42,6 +43,29 @@ int Fail(StatusCode code, std::string msg) {
 }
 
 int Fail(const Status& s) { return Fail(s.code(), s.message()); }
+
+// A process-set call's Status as Horovod's code: 0 for OK, else a HOROVOD_PROCESS_SET_ERROR_*
+// value; the message becomes the last error (hvdc_last_error).
+int ProcessSetCode(const Status& s) {
+  if (s.ok()) return 0;
+  g_last_error = s.message();
+  switch (ProcessSetErrorOf(s)) {
+    case ProcessSetError::kDynamicOff:
+      return HVDC_PROCESS_SET_ERROR_DYNAMIC;
+    case ProcessSetError::kUnknownSet:
+      return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+    case ProcessSetError::kForeignSet:
+      return HVDC_PROCESS_SET_ERROR_FOREIGN_SET;
+    case ProcessSetError::kShutDown:
+      return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
+    case ProcessSetError::kExistingSet:
+      return HVDC_PROCESS_SET_ERROR_EXISTING_SET;
+    case ProcessSetError::kInit:
+    case ProcessSetError::kNone:
+      break;
+  }
+  return HVDC_PROCESS_SET_ERROR_INIT;
+}
 
 constexpr const char* kNotInitialized = "Horovod has not been initialized; use hvd.init().";
 
@@ -296,30 +320,41 @@ int hvdc_add_process_set(const int32_t* ranks, int32_t num_ranks) {
     auto rt = Current();
     if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
     if (num_ranks < 0 || (num_ranks > 0 && !ranks)) return HVDC_PROCESS_SET_ERROR_INIT;
-    return rt->AddProcessSet(std::vector<int>(ranks, ranks + num_ranks));
+    int id = 0;
+    Status s = rt->AddProcessSet(std::vector<int>(ranks, ranks + num_ranks), &id);
+    return s.ok() ? id : ProcessSetCode(s);
   });
 }
 
 int hvdc_remove_process_set(int32_t id) {
   return Guard([&]() -> int {
     auto rt = Current();
-    return rt ? rt->RemoveProcessSet(id) : HVDC_PROCESS_SET_ERROR_INIT;
+    return rt ? ProcessSetCode(rt->RemoveProcessSet(id)) : HVDC_PROCESS_SET_ERROR_INIT;
   });
 }
 
 int hvdc_process_set_rank(int32_t id) {
   auto rt = Current();
-  return rt ? rt->ProcessSetRank(id) : HVDC_PROCESS_SET_ERROR_INIT;
+  if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
+  int rank = 0;
+  Status s = rt->ProcessSetRank(id, &rank);
+  return s.ok() ? rank : ProcessSetCode(s);
 }
 
 int hvdc_process_set_size(int32_t id) {
   auto rt = Current();
-  return rt ? rt->ProcessSetSize(id) : HVDC_PROCESS_SET_ERROR_INIT;
+  if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
+  int size = 0;
+  Status s = rt->ProcessSetSize(id, &size);
+  return s.ok() ? size : ProcessSetCode(s);
 }
 
 int hvdc_process_set_included(int32_t id) {
   auto rt = Current();
-  return rt ? rt->ProcessSetIncluded(id) : HVDC_PROCESS_SET_ERROR_INIT;
+  if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
+  bool included = false;
+  Status s = rt->ProcessSetIncluded(id, &included);
+  return s.ok() ? (included ? 1 : 0) : ProcessSetCode(s);
 }
 
 int hvdc_number_of_process_sets(void) {
@@ -339,8 +374,8 @@ int hvdc_process_set_ranks(int32_t id, int32_t* ranks_out, int32_t capacity) {
   auto rt = Current();
   if (!rt) return HVDC_PROCESS_SET_ERROR_INIT;
   std::vector<int> ranks;
-  int rc = rt->ProcessSetRanks(id, &ranks);
-  if (rc < 0) return rc;
+  Status s = rt->ProcessSetRanks(id, &ranks);
+  if (!s.ok()) return ProcessSetCode(s);
   for (size_t i = 0; i < ranks.size() && static_cast<int32_t>(i) < capacity; ++i) {
     ranks_out[i] = ranks[i];
   }

@@ -66,7 +66,7 @@ class ProcessSet {
   bool closed = false;
   // Set when a removal is agreed (the set moves to the closing list); tells remove_process_set
   // once the set is gone on this rank.
-  std::function<void(int)> removed;
+  std::function<void(Status)> removed;
   // Sequenced execution (see execution_order.h): batches of agreed rounds not yet released by a
   // round of the global set, one entry per round.
   std::deque<std::vector<Batch>> held;

@@ -8,15 +8,17 @@
 #include <memory>
 #include <vector>
 
+#include "core/status.h"
+
 namespace hvdc {
 
 struct AdminOp {
   bool add = true;
   std::vector<int> ranks;  // add: sorted
   bool valid = true;       // add: the ranks form a valid set
-  int id = 0;              // remove
+  int id = 0;              // remove: the set; add: the new set's id once created
   uint64_t hash = 0;       // what every rank must agree on
-  std::promise<int> result;
+  std::promise<Status> result;
 };
 
 // `ranks` in any order; invalid sets still go through agreement (every rank learns the error).

@@ -60,14 +60,15 @@ class Runtime {
   // the last completes -- unless this returns an error, in which case it never runs.
   Status Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items, Completion::Callback done);
 
-  // Process sets: return an id / 0, or a negative hvdc_process_set_error code.
-  int AddProcessSet(std::vector<int> ranks);
-  int RemoveProcessSet(int id);
-  int ProcessSetRank(int id) const;
-  int ProcessSetSize(int id) const;
-  int ProcessSetIncluded(int id) const;
+  // Process sets. An error's detail says why (process_set_error.h); the outputs are set only on
+  // success. Add and remove are collective over the world (every rank calls them in one order).
+  Status AddProcessSet(std::vector<int> ranks, int* id);
+  Status RemoveProcessSet(int id);
+  Status ProcessSetRank(int id, int* rank) const;
+  Status ProcessSetSize(int id, int* size) const;
+  Status ProcessSetIncluded(int id, bool* included) const;
   std::vector<int> ProcessSetIds() const;
-  int ProcessSetRanks(int id, std::vector<int>* ranks) const;
+  Status ProcessSetRanks(int id, std::vector<int>* ranks) const;
 
   Status StartTimeline(const std::string& path, bool mark_cycles);
   Status StopTimeline();
@@ -84,7 +85,7 @@ class Runtime {
 
   // Set administration (runtime_process_sets.cc).
   // Queues op for the global set's rounds and waits for its result (or the end of the runtime).
-  int RunAdmin(std::shared_ptr<AdminOp> op);
+  Status RunAdmin(std::shared_ptr<AdminOp> op);
   bool ApplyAdmin(const std::vector<uint64_t>& words, bool shutdown);
   void ApplyAdd(AdminOp& op);
   void ApplyRemove(const std::shared_ptr<AdminOp>& op);

@@ -5,20 +5,34 @@
 
 #include <boost/asio/post.hpp>
 
-#include "core/c_api.h"
 #include "core/execution_order.h"
 #include "core/logging.h"
+#include "core/process_set_error.h"
 #include "core/runtime.h"
 
 namespace hvdc {
 
 using std::chrono::milliseconds;
 
-int Runtime::RunAdmin(std::shared_ptr<AdminOp> op) {
-  std::future<int> result = op->result.get_future();
+namespace {
+
+Status ShutDown() {
+  return ProcessSetFailure(ProcessSetError::kShutDown, "the runtime has shut down");
+}
+
+Status UnknownSet(int id) {
+  return ProcessSetFailure(
+      ProcessSetError::kUnknownSet,
+      fmt::format("process set {} is not known (never added, or removed)", id));
+}
+
+}  // namespace
+
+Status Runtime::RunAdmin(std::shared_ptr<AdminOp> op) {
+  std::future<Status> result = op->result.get_future();
   boost::asio::post(io_, [this, op] {
     if (shutting_down_ || global_closed_) {
-      op->result.set_value(HVDC_PROCESS_SET_ERROR_SHUTDOWN);
+      op->result.set_value(ShutDown());
       return;
     }
     admin_.push_back(op);
@@ -28,51 +42,67 @@ int Runtime::RunAdmin(std::shared_ptr<AdminOp> op) {
   while (result.wait_for(milliseconds(20)) != std::future_status::ready) {
     std::lock_guard<std::mutex> lock(state_mu_);
     if (finished_) {
-      return result.wait_for(milliseconds(0)) == std::future_status::ready
-                 ? result.get()
-                 : HVDC_PROCESS_SET_ERROR_SHUTDOWN;
+      return result.wait_for(milliseconds(0)) == std::future_status::ready ? result.get()
+                                                                           : ShutDown();
     }
   }
   return result.get();
 }
 
-int Runtime::AddProcessSet(std::vector<int> ranks) {
-  if (!config_.dynamic_process_sets) return HVDC_PROCESS_SET_ERROR_DYNAMIC;
-  if (down_.load()) return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
-  return RunAdmin(MakeAddOp(std::move(ranks), topology().size));
+Status Runtime::AddProcessSet(std::vector<int> ranks, int* id) {
+  if (!config_.dynamic_process_sets) {
+    return ProcessSetFailure(ProcessSetError::kDynamicOff,
+                             "add_process_set needs HOROVOD_DYNAMIC_PROCESS_SETS=1");
+  }
+  if (down_.load()) return ShutDown();
+  std::shared_ptr<AdminOp> op = MakeAddOp(std::move(ranks), topology().size);
+  HVDC_RETURN_IF_ERROR(RunAdmin(op));
+  *id = op->id;
+  return Status::OK();
 }
 
-int Runtime::RemoveProcessSet(int id) {
-  if (!config_.dynamic_process_sets) return HVDC_PROCESS_SET_ERROR_DYNAMIC;
-  if (down_.load()) return HVDC_PROCESS_SET_ERROR_SHUTDOWN;
-  if (id == 0 || !sets_.Find(id)) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+Status Runtime::RemoveProcessSet(int id) {
+  if (!config_.dynamic_process_sets) {
+    return ProcessSetFailure(ProcessSetError::kDynamicOff,
+                             "remove_process_set needs HOROVOD_DYNAMIC_PROCESS_SETS=1");
+  }
+  if (down_.load()) return ShutDown();
+  if (id == 0 || !sets_.Find(id)) return UnknownSet(id);
   return RunAdmin(MakeRemoveOp(id));
 }
 
-int Runtime::ProcessSetRank(int id) const {
+Status Runtime::ProcessSetRank(int id, int* rank) const {
   auto st = sets_.Find(id);
-  if (!st) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
-  return st->member() ? st->set_rank : HVDC_PROCESS_SET_ERROR_FOREIGN_SET;
+  if (!st) return UnknownSet(id);
+  if (!st->member()) {
+    return ProcessSetFailure(ProcessSetError::kForeignSet,
+                             fmt::format("this rank is not a member of process set {}", id));
+  }
+  *rank = st->set_rank;
+  return Status::OK();
 }
 
-int Runtime::ProcessSetSize(int id) const {
+Status Runtime::ProcessSetSize(int id, int* size) const {
   auto st = sets_.Find(id);
-  return st ? static_cast<int>(st->ranks.size()) : HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+  if (!st) return UnknownSet(id);
+  *size = static_cast<int>(st->ranks.size());
+  return Status::OK();
 }
 
-int Runtime::ProcessSetIncluded(int id) const {
+Status Runtime::ProcessSetIncluded(int id, bool* included) const {
   auto st = sets_.Find(id);
-  if (!st) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
-  return st->member() ? 1 : 0;
+  if (!st) return UnknownSet(id);
+  *included = st->member();
+  return Status::OK();
 }
 
 std::vector<int> Runtime::ProcessSetIds() const { return sets_.Ids(); }
 
-int Runtime::ProcessSetRanks(int id, std::vector<int>* ranks) const {
+Status Runtime::ProcessSetRanks(int id, std::vector<int>* ranks) const {
   auto st = sets_.Find(id);
-  if (!st) return HVDC_PROCESS_SET_ERROR_UNKNOWN_SET;
+  if (!st) return UnknownSet(id);
   *ranks = st->ranks;
-  return 0;
+  return Status::OK();
 }
 
 bool Runtime::ApplyAdmin(const std::vector<uint64_t>& words, bool shutdown) {
@@ -80,14 +110,14 @@ bool Runtime::ApplyAdmin(const std::vector<uint64_t>& words, bool shutdown) {
   std::shared_ptr<AdminOp> op = admin_.front();
   admin_.pop_front();
   if (shutdown) {
-    op->result.set_value(HVDC_PROCESS_SET_ERROR_SHUTDOWN);
+    op->result.set_value(ShutDown());
   } else if (!ChangeAgreed(words, op->hash)) {
-    if (op->add) {
-      LogError("add_process_set({}): ranks passed different lists", op->ranks);
-    } else {
-      LogError("remove_process_set({}): ranks passed different process sets", op->id);
-    }
-    op->result.set_value(HVDC_PROCESS_SET_ERROR_INIT);
+    std::string why =
+        op->add
+            ? fmt::format("add_process_set({}): ranks passed different lists", op->ranks)
+            : fmt::format("remove_process_set({}): ranks passed different process sets", op->id);
+    LogError("{}", why);
+    op->result.set_value(ProcessSetFailure(ProcessSetError::kInit, std::move(why)));
   } else if (op->add) {
     ApplyAdd(*op);
   } else {
@@ -99,38 +129,44 @@ bool Runtime::ApplyAdmin(const std::vector<uint64_t>& words, bool shutdown) {
 
 void Runtime::ApplyAdd(AdminOp& op) {
   if (!op.valid) {
-    LogError("add_process_set({}): invalid ranks (world size {})", op.ranks, topology().size);
-    op.result.set_value(HVDC_PROCESS_SET_ERROR_INIT);
+    std::string why = fmt::format("add_process_set({}): invalid ranks (world size {})", op.ranks,
+                                  topology().size);
+    LogError("{}", why);
+    op.result.set_value(ProcessSetFailure(ProcessSetError::kInit, std::move(why)));
     return;
   }
-  if (sets_.IdOf(op.ranks) >= 0) {
-    op.result.set_value(HVDC_PROCESS_SET_ERROR_EXISTING_SET);
+  if (int existing = sets_.IdOf(op.ranks); existing >= 0) {
+    op.result.set_value(ProcessSetFailure(
+        ProcessSetError::kExistingSet,
+        fmt::format("add_process_set({}): process set {} has these ranks", op.ranks, existing)));
     return;
   }
   const int id = sets_.FreeId();
   // A world collective, but every rank reaches it at the end of the same global round.
   Status s = CreateSet(id, op.ranks);
   if (!s.ok()) {
-    LogError("add_process_set({}): {}", op.ranks, s.message());
-    op.result.set_value(HVDC_PROCESS_SET_ERROR_INIT);
+    std::string why = fmt::format("add_process_set({}): {}", op.ranks, s.message());
+    LogError("{}", why);
+    op.result.set_value(ProcessSetFailure(ProcessSetError::kInit, std::move(why)));
     return;
   }
-  op.result.set_value(id);
+  op.id = id;
+  op.result.set_value(Status::OK());
 }
 
 void Runtime::ApplyRemove(const std::shared_ptr<AdminOp>& op) {
   SetPtr st = sets_.Remove(op->id);
   if (!st) {
-    op->result.set_value(HVDC_PROCESS_SET_ERROR_UNKNOWN_SET);
+    op->result.set_value(UnknownSet(op->id));
     return;
   }
   if (!st->member()) {
-    op->result.set_value(0);
+    op->result.set_value(Status::OK());
     return;
   }
   // The members close the set in one of its own rounds (possibly before this one, on a member
   // that saw that round first); FinishRemovals then tells the caller.
-  st->removed = [op](int rc) { op->result.set_value(rc); };
+  st->removed = [op](Status s) { op->result.set_value(std::move(s)); };
   if (!st->closed) st->controller->RequestRemoval();
 }
 
@@ -140,12 +176,12 @@ void Runtime::FinishRemovals() {
   for (auto& st : done) {
     st->executor->Stop();
     st->channels = ProcessSetChannels();  // frees the communicators on the control thread
-    if (st->removed) st->removed(0);
+    if (st->removed) st->removed(Status::OK());
   }
 }
 
 void Runtime::FailAdmin() {
-  for (auto& op : admin_) op->result.set_value(HVDC_PROCESS_SET_ERROR_SHUTDOWN);
+  for (auto& op : admin_) op->result.set_value(ShutDown());
   admin_.clear();
 }
 

@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/c_api.h"
 #include "tests/cpp/thread_rank_harness.h"
 
 namespace hvdc {
@@ -98,11 +97,11 @@ void AddUseRemove(bool threads) {
   auto orphan_buf = std::make_shared<std::vector<float>>(4, 1.f);
   world.OnAllRanks([&](int r) {
     Runtime& rt = world.rt(r);
-    const int a = rt.AddProcessSet({0, 2});
-    const int b = rt.AddProcessSet({1, 2});
+    const int a = AddSet(rt, {0, 2});
+    const int b = AddSet(rt, {1, 2});
     ASSERT_EQ(a, 1);
     ASSERT_EQ(b, 2);
-    EXPECT_EQ(rt.AddProcessSet({2, 0}), HVDC_PROCESS_SET_ERROR_EXISTING_SET);
+    EXPECT_EQ(AddSet(rt, {2, 0}), Code(ProcessSetError::kExistingSet));
     const auto start = Clock::now();
     for (int step = 0; step < 10; ++step) {
       if (r == 1) break;  // idle on set a
@@ -123,10 +122,10 @@ void AddUseRemove(bool threads) {
                      })
               .ok());
     }
-    EXPECT_EQ(rt.RemoveProcessSet(b), 0);
-    EXPECT_EQ(rt.ProcessSetSize(b), HVDC_PROCESS_SET_ERROR_UNKNOWN_SET);
-    EXPECT_EQ(rt.RemoveProcessSet(b), HVDC_PROCESS_SET_ERROR_UNKNOWN_SET);
-    const int c = rt.AddProcessSet({0, 1});
+    EXPECT_EQ(RemoveSet(rt, b), 0);
+    EXPECT_EQ(SetSize(rt, b), Code(ProcessSetError::kUnknownSet));
+    EXPECT_EQ(RemoveSet(rt, b), Code(ProcessSetError::kUnknownSet));
+    const int c = AddSet(rt, {0, 1});
     EXPECT_EQ(c, b) << "the freed id is handed out again";
     if (r != 2) {
       std::vector<float> buf(8, static_cast<float>(r + 1));
@@ -135,8 +134,8 @@ void AddUseRemove(bool threads) {
       ASSERT_TRUE(f.get().ok());
       EXPECT_EQ(buf[0], 3.f);
     }
-    EXPECT_EQ(rt.RemoveProcessSet(a), 0);
-    EXPECT_EQ(rt.RemoveProcessSet(c), 0);
+    EXPECT_EQ(RemoveSet(rt, a), 0);
+    EXPECT_EQ(RemoveSet(rt, c), 0);
     EXPECT_EQ(rt.ProcessSetIds(), std::vector<int>{0});
   });
   EXPECT_EQ(orphan_calls.load(), 1);
@@ -155,11 +154,11 @@ TEST(ProcessSetOrder, AddWhileOtherRanksRunCollectives) {
     std::vector<float> buf(16, 1.f);
     std::future<Status> f;
     if (r != 0) f = Submit(rt, 0, One(AllreduceItem("mid", buf.data(), buf.data(), 16)));
-    const int a = rt.AddProcessSet({0, 1});
+    const int a = AddSet(rt, {0, 1});
     if (r == 0) {
       f = Submit(rt, 0, One(AllreduceItem("mid", buf.data(), buf.data(), 16)));
     }
-    const int b = rt.AddProcessSet({1, 2});
+    const int b = AddSet(rt, {1, 2});
     EXPECT_EQ(a, 1);
     EXPECT_EQ(b, 2);
     ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
@@ -174,9 +173,9 @@ TEST(ProcessSetOrder, DisagreeingAddFailsEverywhere) {
   ASSERT_TRUE(world.init_status().ok());
   world.OnAllRanks([&](int r) {
     Runtime& rt = world.rt(r);
-    EXPECT_EQ(rt.AddProcessSet({r}), HVDC_PROCESS_SET_ERROR_INIT);
-    EXPECT_EQ(rt.AddProcessSet({0}), 1);
-    EXPECT_EQ(rt.ProcessSetIncluded(1), r == 0 ? 1 : 0);
+    EXPECT_EQ(AddSet(rt, {r}), Code(ProcessSetError::kInit));
+    EXPECT_EQ(AddSet(rt, {0}), 1);
+    EXPECT_EQ(SetIncluded(rt, 1), r == 0 ? 1 : 0);
   });
 }
 

@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/c_api.h"
 #include "tests/cpp/thread_rank_harness.h"
 
 namespace hvdc {
@@ -40,7 +39,7 @@ TEST(ProcessSets, CollectiveInFlightDuringAddProcessSetCompletes) {
     Runtime& rt = world.rt(r);
     if (r == 1) {
       auto f = Submit(rt, 0, One(AllreduceItem("before_add", buf.data(), buf.data(), 16)));
-      const int id = rt.AddProcessSet({0});
+      const int id = AddSet(rt, {0});
       EXPECT_GT(id, 0);
       ASSERT_TRUE(ReadyWithin(f));
       EXPECT_TRUE(f.get().ok());
@@ -51,7 +50,7 @@ TEST(ProcessSets, CollectiveInFlightDuringAddProcessSetCompletes) {
     const bool ready = ReadyWithin(f);
     EXPECT_TRUE(ready) << "an allreduce enqueued before add_process_set never completed: rank 1's "
                           "control thread is blocked inside add_process_set";
-    const int id = rt.AddProcessSet({0});  // releases rank 1 in any case
+    const int id = AddSet(rt, {0});  // releases rank 1 in any case
     EXPECT_GT(id, 0);
     if (!ready) {
       ASSERT_TRUE(ReadyWithin(f));
@@ -73,7 +72,7 @@ TEST(ProcessSets, AddUseRemoveWithPendingTensor) {
   auto pending_buf = std::make_shared<std::vector<float>>(4, 1.f);
   world.OnAllRanks([&](int r) {
     Runtime& rt = world.rt(r);
-    const int id = rt.AddProcessSet({0, 2});
+    const int id = AddSet(rt, {0, 2});
     ASSERT_EQ(id, 1);
     if (r != 1) {
       std::vector<float> buf(100, static_cast<float>(r + 1));
@@ -94,10 +93,10 @@ TEST(ProcessSets, AddUseRemoveWithPendingTensor) {
       ASSERT_TRUE(s.ok());
       std::this_thread::sleep_for(50ms);
     }
-    auto removed = Detached<int>([&rt, id] { return rt.RemoveProcessSet(id); });
+    auto removed = Detached<int>([&rt, id] { return RemoveSet(rt, id); });
     ASSERT_EQ(removed.wait_for(kWait), std::future_status::ready);
     EXPECT_EQ(removed.get(), 0);
-    EXPECT_EQ(rt.ProcessSetSize(id), HVDC_PROCESS_SET_ERROR_UNKNOWN_SET);
+    EXPECT_EQ(SetSize(rt, id), Code(ProcessSetError::kUnknownSet));
     std::vector<float> x(1);
     EXPECT_EQ(
         rt.Enqueue(id, One(AllreduceItem("after", x.data(), x.data(), 1)), [](const Status&) {})
@@ -129,8 +128,8 @@ TEST(ProcessSets, RemoveProcessSetReturnsWhenTheRuntimeShutsDownMeanwhile) {
   std::vector<std::future<int>> removed;
   for (int r = 0; r < 3; ++r) {
     removed.push_back(Detached<int>([world, r] {
-      const int rc = world->rt(r).RemoveProcessSet(1);
-      if (r == 2) world->rt(2).Shutdown();
+      const int rc = RemoveSet(world->rt(r), 1);
+      if (r == 2) (void)world->rt(2).Shutdown();  // what it returns is not under test
       return rc;
     }));
   }
@@ -151,7 +150,7 @@ TEST(ProcessSets, RemoveProcessSetReturnsWhenTheRuntimeShutsDownMeanwhile) {
     all &= ready;
     if (ready) {
       const int rc = removed[r].get();
-      EXPECT_TRUE(rc == 0 || rc == HVDC_PROCESS_SET_ERROR_SHUTDOWN) << rc;
+      EXPECT_TRUE(rc == 0 || rc == Code(ProcessSetError::kShutDown)) << rc;
     }
   }
   if (!all) {
@@ -196,8 +195,8 @@ TEST(ProcessSets, RemoveProcessSetReturnsWhenThePeerShutdownLandsDuringExecutorS
   std::vector<std::future<int>> removed;
   for (int r = 0; r < 3; ++r) {
     removed.push_back(Detached<int>([world, r] {
-      const int rc = world->rt(r).RemoveProcessSet(1);
-      if (r == 2) world->rt(2).Shutdown();
+      const int rc = RemoveSet(world->rt(r), 1);
+      if (r == 2) (void)world->rt(2).Shutdown();  // what it returns is not under test
       return rc;
     }));
   }
@@ -209,7 +208,7 @@ TEST(ProcessSets, RemoveProcessSetReturnsWhenThePeerShutdownLandsDuringExecutorS
     all &= ready;
     if (ready) {
       const int rc = removed[r].get();
-      EXPECT_TRUE(rc == 0 || rc == HVDC_PROCESS_SET_ERROR_SHUTDOWN) << rc;
+      EXPECT_TRUE(rc == 0 || rc == Code(ProcessSetError::kShutDown)) << rc;
     }
   }
   if (!all) {
@@ -228,21 +227,21 @@ TEST(ProcessSets, RemoveProcessSetCanBeRetriedAfterADisagreement) {
   ASSERT_TRUE(world.init_status().ok());
   world.OnAllRanks([&](int r) {
     Runtime& rt = world.rt(r);
-    EXPECT_EQ(rt.RemoveProcessSet(r == 0 ? 1 : 2), HVDC_PROCESS_SET_ERROR_INIT);
+    EXPECT_EQ(RemoveSet(rt, r == 0 ? 1 : 2), Code(ProcessSetError::kInit));
     bool threw = false;
     int rc = -100;
     try {
-      rc = rt.RemoveProcessSet(1);
+      rc = RemoveSet(rt, 1);
     } catch (const std::exception& e) {
       threw = true;
       ADD_FAILURE() << "rank " << r << ": retrying remove_process_set threw: " << e.what();
     }
     if (threw) {
       // Pair up with the other rank's pending world collective so that it returns.
-      rt.RemoveProcessSet(2);
+      RemoveSet(rt, 2);
       return;
     }
-    EXPECT_TRUE(rc == 0 || rc == HVDC_PROCESS_SET_ERROR_INIT) << rc;
+    EXPECT_TRUE(rc == 0 || rc == Code(ProcessSetError::kInit)) << rc;
   });
 }
 

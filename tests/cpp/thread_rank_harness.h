@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/process_set_error.h"
 #include "core/runtime.h"
 #include "local_controller/local_world.h"
 #include "ops/cpu/host_backend.h"
@@ -195,10 +196,7 @@ class ThreadWorld {
     for (auto& owned : runtimes_) {
       Runtime* rt = owned.get();
       if (!rt) continue;
-      done.push_back(Detached<int>([rt] {
-        rt->Shutdown();
-        return 0;
-      }));
+      done.push_back(Detached<int>([rt] { return rt->Shutdown().ok() ? 0 : 1; }));
     }
     const auto deadline = Clock::now() + limit;
     for (auto& f : done) {
@@ -298,6 +296,27 @@ inline EnqueueItem BroadcastItem(const std::string& name, float* buf, int64_t co
   b.input = buf;
   b.output = buf;
   return b;
+}
+
+// The process-set calls as the tests read them: the id / size / 0-or-1 on success, else
+// Code(why) (a negative number).
+inline int Code(ProcessSetError why) { return -static_cast<int>(why); }
+inline int Code(const Status& s) { return s.ok() ? 0 : Code(ProcessSetErrorOf(s)); }
+inline int AddSet(Runtime& rt, std::vector<int> ranks) {
+  int id = 0;
+  Status s = rt.AddProcessSet(std::move(ranks), &id);
+  return s.ok() ? id : Code(s);
+}
+inline int RemoveSet(Runtime& rt, int id) { return Code(rt.RemoveProcessSet(id)); }
+inline int SetSize(const Runtime& rt, int id) {
+  int size = 0;
+  Status s = rt.ProcessSetSize(id, &size);
+  return s.ok() ? size : Code(s);
+}
+inline int SetIncluded(const Runtime& rt, int id) {
+  bool included = false;
+  Status s = rt.ProcessSetIncluded(id, &included);
+  return s.ok() ? (included ? 1 : 0) : Code(s);
 }
 
 }  // namespace testing
