@@ -14,6 +14,7 @@ namespace hvdc {
 // Shared by the Executor and its thread; outlives both (see the header on Abandon).
 struct Executor::State {
   int set_id = 0;
+  int coordinator = -1;  // world rank, the origin of negotiated errors
   bool threaded = false;
   Config config;  // a copy: the Runtime's may be gone while an abandoned batch unwinds
   FusionBuffer buffer;
@@ -117,6 +118,11 @@ void Executor::Submit(std::vector<Batch> batches) {
   s.cv.notify_all();
 }
 
+void Executor::SetCoordinator(int world_rank) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->coordinator = world_rank;
+}
+
 bool Executor::busy() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->running || !state_->batches.empty();
@@ -201,12 +207,8 @@ void Executor::Complete(Batch& batch, const Status& status, TensorQueue* queue) 
 
 Status Executor::Execute(State& s, Batch& batch) {
   if (batch.error_code != StatusCode::kOk) {
-    return batch.error_code == StatusCode::kAborted ? Status::Aborted(batch.error_message)
-           : batch.error_code == StatusCode::kInvalidArgument
-               ? Status::InvalidArgument(batch.error_message)
-           : batch.error_code == StatusCode::kUnknownError
-               ? Status::UnknownError(batch.error_message)
-               : Status::PreconditionError(batch.error_message);
+    // Negotiated by the coordinator, which every member was told of in the same round.
+    return Status::FromCode(batch.error_code, batch.error_message).WithOrigin(s.coordinator);
   }
   Backend* backend = nullptr;
   for (Backend* b : s.backends) {

@@ -31,6 +31,10 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
+  // The world rank of the set's coordinator: errors it negotiated carry it as their origin. Call
+  // before the first Submit.
+  void SetCoordinator(int world_rank);
+
   void Submit(std::vector<Batch> batches);
   bool busy() const;
   // Runs everything submitted so far, then stops the thread.

@@ -25,6 +25,7 @@ Status ProcessSet::Create(int id, int seq, std::vector<int> ranks, const Parts& 
     st->executor = std::make_unique<Executor>(id, *parts.config, st->channels.data.get(),
                                               parts.timeline, parts.backends, &st->queue,
                                               parts.wake, parts.transport->threads_supported());
+    st->executor->SetCoordinator(st->ranks.front());
     st->last_round_end = Clock::now();
   }
   *out = std::move(st);

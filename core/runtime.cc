@@ -110,7 +110,10 @@ Status Runtime::Create(Config config, std::unique_ptr<Transport> transport,
   return Status::OK();
 }
 
-Runtime::~Runtime() { Shutdown(); }
+Runtime::~Runtime() {
+  Status s = Shutdown();
+  if (!s.ok()) LogWarning("shutdown at destruction: {}", s.ToString());
+}
 
 Status Runtime::CreateSet(int id, std::vector<int> ranks) {
   ProcessSet::Parts parts;

@@ -20,9 +20,15 @@ const char* StatusCodeName(StatusCode code) {
   return "UNKNOWN_CODE";
 }
 
+Status Status::FromCode(StatusCode code, std::string msg) {
+  if (code == StatusCode::kOk) return OK();
+  return {code, std::move(msg)};
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  return std::string(StatusCodeName(code_)) + ": " + message_;
+  std::string origin = origin_rank_ >= 0 ? " (from rank " + std::to_string(origin_rank_) + ")" : "";
+  return std::string(StatusCodeName(code_)) + origin + ": " + message_;
 }
 
 }  // namespace hvdc

@@ -16,7 +16,9 @@ enum class StatusCode : int {
   kInProgress = 5,
 };
 
-class Status {
+// [[nodiscard]]: an ignored Status is a lost error; write `(void)` with a reason where dropping one
+// is right.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status OK() { return Status(); }
@@ -31,6 +33,25 @@ class Status {
     return {StatusCode::kInvalidArgument, std::move(msg)};
   }
   static Status InProgress() { return {StatusCode::kInProgress, ""}; }
+  // The status with this code and message (kOk gives OK and drops the message).
+  static Status FromCode(StatusCode code, std::string msg);
+
+  // The world rank where the error arose: the coordinator for an error negotiated in a round, the
+  // lost peer for a transport's peer-lost status; -1 when it arose on this rank or is not known.
+  // ToString shows it; messages handed to callers are left as written.
+  int origin_rank() const { return origin_rank_; }
+  Status WithOrigin(int rank) const {
+    Status s = *this;
+    s.origin_rank_ = rank;
+    return s;
+  }
+  // An operation-specific reason beside the code (0 = none), e.g. ProcessSetError.
+  int detail() const { return detail_; }
+  Status WithDetail(int detail) const {
+    Status s = *this;
+    s.detail_ = detail;
+    return s;
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
@@ -41,6 +62,8 @@ class Status {
   Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  int origin_rank_ = -1;
+  int detail_ = 0;
 };
 
 const char* StatusCodeName(StatusCode code);
