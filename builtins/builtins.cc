@@ -33,7 +33,6 @@ void RegisterBuiltins(Builtins* out) {
   out->mpi_built = HVDC_HAVE_MPI != 0;
   out->gloo_built = true;
   out->cuda_built = HVDC_HAVE_NCCL != 0;
-  out->nccl_version = HVDC_NCCL_VERSION_CODE;
 }
 
 }  // namespace hvdc

@@ -31,7 +31,6 @@ struct Builtins {
   bool mpi_built = false;
   bool gloo_built = false;
   bool cuda_built = false;
-  int nccl_version = 0;
 };
 
 void RegisterBuiltins(Builtins* out);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/hash.h"
 #include "core/logging.h"
 #include "tcp_controller/http_store.h"
 #include "tcp_controller/tcp_control_channel.h"
@@ -20,19 +21,6 @@ namespace tcp {
 namespace {
 
 constexpr uint32_t kAdminChannel = 0;
-
-uint64_t HashRanks(const std::vector<int>& ranks) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(ranks.size());
-  for (int r : ranks) mix(static_cast<uint32_t>(r));
-  return h;
-}
 
 class TcpTransport : public Transport {
  public:
@@ -53,7 +41,7 @@ class TcpTransport : public Transport {
     out->data.reset();
     if (finalized_) return Status::UnknownError("CreateProcessSet: the TCP transport is finalized");
     bool same = false;
-    HVDC_RETURN_IF_ERROR(CheckAgreement(HashRanks(world_ranks), &same));
+    HVDC_RETURN_IF_ERROR(CheckAgreement(HashInts(world_ranks), &same));
     if (!same) {
       return Status::PreconditionError(
           fmt::format("CreateProcessSet: ranks passed different member lists (rank {} passed [{}])",

@@ -8,40 +8,20 @@ import keras
 import horovod_compat.keras as hk
 import horovod_compat.tensorflow as hvd
 import horovod_compat.tensorflow.keras as hvdk
+from keras_helpers import (
+    assert_same_on_all_ranks,
+    dense_model,
+    global_data,
+    initial_weights,
+    mse_gradient,
+)
 
-FEATURES = 4
 ROWS = 8
 LR = 0.1
 
 
-def _global_data(rows_per_rank):
-    rng = np.random.RandomState(4321)
-    x = rng.randn(rows_per_rank * hvd.size(), FEATURES).astype(np.float32)
-    y = (x @ np.arange(1, FEATURES + 1, dtype=np.float32) - 0.25).reshape(-1, 1)
-    return x, y
-
-
-def _initial_weights(seed):
-    rng = np.random.RandomState(seed)
-    return [rng.randn(FEATURES, 1).astype(np.float32), rng.randn(1).astype(np.float32)]
-
-
-def _model(weights):
-    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(1)])
-    model.set_weights(weights)
-    return model
-
-
-def _gradient(w, b, x, y):
-    err = x @ w + b - y
-    return 2.0 * x.T @ err / len(x), 2.0 * err.mean(axis=0)
-
-
-def _assert_same_on_all_ranks(values):
-    flat = np.concatenate([np.ravel(v) for v in values]).astype(np.float32)
-    gathered = hvd.allgather(tf.constant(flat[None, :])).numpy()
-    for r in range(1, hvd.size()):
-        np.testing.assert_array_equal(gathered[r], gathered[0])
+def _data_rows(rows_per_rank):
+    return global_data(rows_per_rank, seed=4321, bias=-0.25)
 
 
 @pytest.mark.parametrize("run_eagerly", [False, True])
@@ -49,18 +29,18 @@ def _assert_same_on_all_ranks(values):
 def test_fit_matches_single_process_on_global_batch(run_eagerly, frontend):
     module = hvdk if frontend == "hvdk" else hk
     epochs = 4
-    x, y = _global_data(ROWS)
+    x, y = _data_rows(ROWS)
     shard = slice(hvd.rank() * ROWS, (hvd.rank() + 1) * ROWS)
-    model = _model(_initial_weights(0))
+    model = dense_model(initial_weights(0))
     opt = module.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR))
     model.compile(optimizer=opt, loss="mse", run_eagerly=run_eagerly)
     model.fit(x[shard], y[shard], batch_size=ROWS, epochs=epochs, shuffle=False, verbose=0)
     w, b = model.get_weights()
-    _assert_same_on_all_ranks([w, b])
+    assert_same_on_all_ranks([w, b])
 
-    ref_w, ref_b = _initial_weights(0)
+    ref_w, ref_b = initial_weights(0)
     for _ in range(epochs):
-        gw, gb = _gradient(ref_w, ref_b, x, y)
+        gw, gb = mse_gradient(ref_w, ref_b, x, y)
         ref_w, ref_b = ref_w - LR * gw, ref_b - LR * gb
     np.testing.assert_allclose(w, ref_w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(b, ref_b, rtol=1e-5, atol=1e-5)
@@ -71,25 +51,25 @@ def test_fit_matches_single_process_on_global_batch(run_eagerly, frontend):
 @pytest.mark.parametrize("average", [False, True])
 def test_backward_passes_per_step(run_eagerly, average):
     passes, epochs = 2, 3
-    x, y = _global_data(ROWS * passes)
+    x, y = _data_rows(ROWS * passes)
     per_rank = ROWS * passes
     mine = slice(hvd.rank() * per_rank, (hvd.rank() + 1) * per_rank)
-    model = _model(_initial_weights(1))
+    model = dense_model(initial_weights(1))
     opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR),
                                     backward_passes_per_step=passes,
                                     average_aggregated_gradients=average)
     model.compile(optimizer=opt, loss="mse", run_eagerly=run_eagerly)
     model.fit(x[mine], y[mine], batch_size=ROWS, epochs=epochs, shuffle=False, verbose=0)
     w, b = model.get_weights()
-    _assert_same_on_all_ranks([w, b])
+    assert_same_on_all_ranks([w, b])
 
-    ref_w, ref_b = _initial_weights(1)
+    ref_w, ref_b = initial_weights(1)
     for _ in range(epochs):
         total_w, total_b = 0.0, 0.0
         for j in range(passes):
             rows = np.concatenate([np.arange(r * per_rank + j * ROWS, r * per_rank + (j + 1) * ROWS)
                                    for r in range(hvd.size())])
-            gw, gb = _gradient(ref_w, ref_b, x[rows], y[rows])
+            gw, gb = mse_gradient(ref_w, ref_b, x[rows], y[rows])
             total_w, total_b = total_w + gw, total_b + gb
         if average:
             total_w, total_b = total_w / passes, total_b / passes
@@ -144,17 +124,17 @@ def test_compute_then_apply_gradients_reduces_once():
 
 
 def test_broadcast_callback_overwrites_with_root_weights():
-    root_weights = _initial_weights(100)
-    model = _model(_initial_weights(100 + hvd.rank()))
+    root_weights = initial_weights(100)
+    model = dense_model(initial_weights(100 + hvd.rank()))
     # A zero learning rate keeps the update of the first batch from moving the weights.
     opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.0, momentum=0.5))
     model.compile(optimizer=opt, loss="mse")
-    x, y = _global_data(ROWS)
+    x, y = _data_rows(ROWS)
     model.fit(x, y, batch_size=ROWS, epochs=1, shuffle=False, verbose=0,
               callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0)])
     for got, want in zip(model.get_weights(), root_weights):
         np.testing.assert_array_equal(got, want)
-    _assert_same_on_all_ranks([np.asarray(v) for v in opt.variables])
+    assert_same_on_all_ranks([np.asarray(v) for v in opt.variables])
 
 
 def test_broadcast_callback_rejects_bad_local_variables():
@@ -181,8 +161,8 @@ class _Record(keras.callbacks.Callback):
 
 
 def test_metric_average_callback():
-    x, y = _global_data(ROWS)
-    model = _model(_initial_weights(2 + hvd.rank()))   # per-rank losses differ
+    x, y = _data_rows(ROWS)
+    model = dense_model(initial_weights(2 + hvd.rank()))   # per-rank losses differ
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.0), loss="mse")
     record = _Record()
     model.fit(x, y, batch_size=ROWS, epochs=2, shuffle=False, verbose=0,
@@ -190,17 +170,17 @@ def test_metric_average_callback():
     size = hvd.size()
     for epoch, logs in enumerate(record.epoch_logs):
         assert logs["rank_metric"] == pytest.approx((epoch + 1) * (size - 1) / 2.0)
-    _assert_same_on_all_ranks([logs["loss"] for logs in record.epoch_logs])
-    own_loss = float(np.mean((x @ _initial_weights(2 + hvd.rank())[0]
-                              + _initial_weights(2 + hvd.rank())[1] - y) ** 2))
+    assert_same_on_all_ranks([logs["loss"] for logs in record.epoch_logs])
+    own_loss = float(np.mean((x @ initial_weights(2 + hvd.rank())[0]
+                              + initial_weights(2 + hvd.rank())[1] - y) ** 2))
     mean_loss = hvd.allreduce(tf.constant(own_loss, tf.float32)).numpy()
     assert record.epoch_logs[0]["loss"] == pytest.approx(mean_loss, rel=1e-4)
 
 
 def test_learning_rate_warmup_callback():
     initial_lr, steps, warmup = 0.4, 4, 2
-    x, y = _global_data(ROWS * steps)
-    model = _model(_initial_weights(3))
+    x, y = _data_rows(ROWS * steps)
+    model = dense_model(initial_weights(3))
     opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=initial_lr))
     model.compile(optimizer=opt, loss="mse")
     record = _Record()
@@ -222,8 +202,8 @@ def test_learning_rate_warmup_callback():
 
 def test_learning_rate_schedule_callback_staircase():
     steps = 2
-    x, y = _global_data(ROWS * steps)
-    model = _model(_initial_weights(4))
+    x, y = _data_rows(ROWS * steps)
+    model = dense_model(initial_weights(4))
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0, momentum=0.9), loss="mse")
     record = _Record()
     with pytest.warns(UserWarning, match="[Mm]omentum"):
@@ -251,11 +231,11 @@ def test_xla_is_turned_off_for_a_distributed_optimizer(monkeypatch):
     fake_gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda *a, **k: list(real(*a, **k)) + [fake_gpu])
-    plain = _model(_initial_weights(1))
+    plain = dense_model(initial_weights(1))
     plain.compile(optimizer=keras.optimizers.SGD(), loss="mse", jit_compile="auto")
     assert plain.jit_compile is True  # what Keras would do: the failure we must avoid
     for jit_compile in ("auto", True):
-        model = _model(_initial_weights(1))
+        model = dense_model(initial_weights(1))
         with pytest.warns(UserWarning, match="cannot be compiled by XLA"):
             model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD()),
                           loss="mse", jit_compile=jit_compile)

@@ -10,6 +10,7 @@ import keras
 
 import horovod_compat.tensorflow as hvd
 import horovod_compat.tensorflow.keras as hvdk
+from keras_helpers import assert_same_on_all_ranks
 
 LR = 0.05
 ROWS = 4  # per rank and pass
@@ -77,13 +78,6 @@ def _reference(kind, seed, x, y, passes, passes_total, average):
     return model.get_weights()
 
 
-def _assert_same_on_all_ranks(values):
-    flat = np.concatenate([np.ravel(v) for v in values]).astype(np.float32)
-    gathered = hvd.allgather(tf.constant(flat[None, :])).numpy()
-    for r in range(1, hvd.size()):
-        np.testing.assert_array_equal(gathered[r], gathered[0])
-
-
 @pytest.mark.parametrize("run_eagerly", [False, True])
 @pytest.mark.parametrize("average", [False, True])
 @pytest.mark.parametrize("kind", ["dense", "embedding"])
@@ -99,7 +93,7 @@ def test_fit_with_backward_passes(kind, average, run_eagerly):
     mine = _my_rows(passes_total)
     model.fit(x[mine], y[mine], batch_size=ROWS, epochs=1, shuffle=False, verbose=0)
     got = model.get_weights()
-    _assert_same_on_all_ranks(got)
+    assert_same_on_all_ranks(got)
     want = _reference(kind, 3, x, y, passes, passes_total, average)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -10,41 +10,18 @@ import keras
 import horovod_compat.keras as hk
 import horovod_compat.tensorflow as hvd
 import horovod_compat.tensorflow.keras as hvdk
+from keras_helpers import (
+    FEATURES,
+    assert_same_on_all_ranks,
+    dense_model,
+    global_data,
+    initial_weights,
+    mse_gradient,
+)
 
-FEATURES = 4
 ROWS = 8
 LR = 0.05
 MOMENTUM = 0.5
-
-
-def _global_data(rows_per_rank, seed=1234):
-    rng = np.random.RandomState(seed)
-    x = rng.randn(rows_per_rank * hvd.size(), FEATURES).astype(np.float32)
-    y = (x @ np.arange(1, FEATURES + 1, dtype=np.float32) + 0.5).reshape(-1, 1)
-    return x, y
-
-
-def _initial_weights(seed):
-    rng = np.random.RandomState(seed)
-    return [rng.randn(FEATURES, 1).astype(np.float32), rng.randn(1).astype(np.float32)]
-
-
-def _model(weights):
-    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(1)])
-    model.set_weights(weights)
-    return model
-
-
-def _gradient(w, b, x, y):
-    err = x @ w + b - y
-    return 2.0 * x.T @ err / len(x), 2.0 * err.mean(axis=0)
-
-
-def _assert_same_on_all_ranks(values):
-    flat = np.concatenate([np.ravel(v) for v in values]).astype(np.float32)
-    gathered = hvd.allgather(tf.constant(flat[None, :])).numpy()
-    for r in range(1, hvd.size()):
-        np.testing.assert_array_equal(gathered[r], gathered[0])
 
 
 def _shared_dir(tmp_path):
@@ -61,10 +38,10 @@ class CustomSGD(keras.optimizers.SGD):
 @pytest.mark.parametrize("frontend,ext", [("hvdk", "keras"), ("hk", "h5"), ("hvdk", "custom")])
 def test_load_model_continues_distributed(tmp_path, frontend, ext):
     module = hvdk if frontend == "hvdk" else hk
-    x, y = _global_data(ROWS)
+    x, y = _data_rows(ROWS)
     mine = slice(hvd.rank() * ROWS, (hvd.rank() + 1) * ROWS)
     base_cls = CustomSGD if ext == "custom" else keras.optimizers.SGD
-    model = _model(_initial_weights(5))
+    model = dense_model(initial_weights(5))
     opt = module.DistributedOptimizer(base_cls(learning_rate=LR, momentum=MOMENTUM))
     # An object loss: Keras 3 cannot deserialize the string "mse" from an HDF5 training config.
     model.compile(optimizer=opt, loss=keras.losses.MeanSquaredError())
@@ -92,12 +69,12 @@ def test_load_model_continues_distributed(tmp_path, frontend, ext):
 
     loaded.fit(x[mine], y[mine], batch_size=ROWS, epochs=1, shuffle=False, verbose=0)
     w, b = loaded.get_weights()
-    _assert_same_on_all_ranks([w, b])
+    assert_same_on_all_ranks([w, b])
     # Two SGD-with-momentum steps on the global batch: m = mu*m - lr*g; w = w + m.
-    ref_w, ref_b = _initial_weights(5)
+    ref_w, ref_b = initial_weights(5)
     mom_w, mom_b = np.zeros_like(ref_w), np.zeros_like(ref_b)
     for _ in range(2):
-        gw, gb = _gradient(ref_w, ref_b, x, y)
+        gw, gb = mse_gradient(ref_w, ref_b, x, y)
         mom_w, mom_b = MOMENTUM * mom_w - LR * gw, MOMENTUM * mom_b - LR * gb
         ref_w, ref_b = ref_w + mom_w, ref_b + mom_b
     # With fp16 compression (custom case) the second step's gradients are rounded to fp16.
@@ -128,12 +105,16 @@ class _FakeValLoss(keras.callbacks.Callback):
         self.weights.append([np.array(w) for w in self.model.get_weights()])
 
 
+def _data_rows(rows_per_rank):
+    return global_data(rows_per_rank, seed=1234, bias=0.5)
+
+
 @pytest.mark.parametrize("frontend,suffix", [("hvdk", ".weights.h5"), ("hk", ".keras")])
 def test_best_model_checkpoint(tmp_path, frontend, suffix):
     directory = _shared_dir(tmp_path)
-    x, y = _global_data(ROWS)
+    x, y = _data_rows(ROWS)
     mine = slice(hvd.rank() * ROWS, (hvd.rank() + 1) * ROWS)
-    model = _model(_initial_weights(6))
+    model = dense_model(initial_weights(6))
     model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=LR)),
                   loss="mse")
     if frontend == "hvdk":
@@ -156,7 +137,7 @@ def test_best_model_checkpoint(tmp_path, frontend, suffix):
     if suffix == ".keras":
         saved = keras.models.load_model(best_path).get_weights()
     else:
-        restored = _model(_initial_weights(0))
+        restored = dense_model(initial_weights(0))
         restored.load_weights(best_path)
         saved = restored.get_weights()
     best_epoch = int(np.argmin(VAL_LOSSES))
@@ -167,7 +148,7 @@ def test_best_model_checkpoint(tmp_path, frontend, suffix):
 
 
 def test_best_model_checkpoint_checks_filepath():
-    model = _model(_initial_weights(0))
+    model = dense_model(initial_weights(0))
     model.compile(optimizer="sgd", loss="mse")
     x, y = np.zeros((2, FEATURES), np.float32), np.zeros((2, 1), np.float32)
     with pytest.raises(ValueError, match="filepath"):
