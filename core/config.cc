@@ -275,6 +275,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Bool("HOROVOD_HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
   env.Bool("HOROVOD_TORUS_ALLREDUCE", &c.torus_allreduce);
   env.Bool("HOROVOD_MPI_THREADS_DISABLE", &c.mpi_threads_disable);
+  env.Bool("HOROVOD_MPI_LIVENESS", &c.mpi_liveness);
   int nccl_streams = c.num_nccl_streams;
   if (env.Int("HOROVOD_NUM_NCCL_STREAMS", "streams", std::numeric_limits<int>::min(), kIntMax,
               &nccl_streams)) {
@@ -382,6 +383,7 @@ std::string Config::Describe() const {
   line("HOROVOD_HIERARCHICAL_ALLGATHER", b(hierarchical_allgather));
   line("HOROVOD_TORUS_ALLREDUCE", b(torus_allreduce));
   line("HOROVOD_MPI_THREADS_DISABLE", b(mpi_threads_disable));
+  line("HOROVOD_MPI_LIVENESS", b(mpi_liveness));
   line("HOROVOD_NUM_NCCL_STREAMS", num_nccl_streams);
   line("HOROVOD_LOG_LEVEL", LogLevelName(log_level));
   line("HOROVOD_LOG_HIDE_TIME", b(log_hide_time));

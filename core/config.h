@@ -56,6 +56,9 @@ struct Config {
   // HOROVOD_MPI_THREADS_DISABLE: request MPI_THREAD_SERIALIZED; control and execution share a
   // thread.
   bool mpi_threads_disable = false;
+  // HOROVOD_MPI_LIVENESS: under MPI, a heartbeat-only TCP mesh beside MPI notices a dead or hung
+  // rank (which MPI cannot report) and fails the job as the TCP transport does (0 = off).
+  bool mpi_liveness = true;
   // HOROVOD_NUM_NCCL_STREAMS: GPU streams per device (values <= 0 are ignored, as in Horovod).
   int num_nccl_streams = 1;
   // HOROVOD_LOG_LEVEL: trace, debug, info, warning, error, fatal (case-insensitive).
