@@ -6,7 +6,8 @@
 //   blocked in MPI, must fail their pending allreduce naming rank 1 and its host, and exit
 //   non-zero on their own. Each rank runs under `sh -c` that records its exit status in a file (the
 //   killed rank kills that shell too, so mpirun sees a rank killed by a signal). The detection and
-//   exit times are printed, never asserted (the only time bound is the test's own).
+//   exit times are printed, never asserted (the only time bound is the test's own). The same with
+//   rank 1 stopped (SIGSTOP) instead: the heartbeats catch it.
 // - An orderly job raises no alarm, with the side channel on and off (HOROVOD_MPI_LIVENESS=0):
 //   every rank exits 0 and the debug log says whether the channel was on.
 #include "mpi_controller/mpi_liveness.h"
@@ -144,7 +145,13 @@ int Worker(const std::string& role) {
     return 0;
   }
   for (int step = 0;; ++step) {
-    if (rank == kKilled && step == kKillStep) {
+    if (rank == kKilled && step == kKillStep && role == "stop") {
+      std::printf("STOPPING at %lld pid %d\n", static_cast<long long>(NowMs()),
+                  static_cast<int>(getpid()));
+      std::fflush(stdout);
+      raise(SIGSTOP);  // hung, connections open: only the heartbeats can tell
+    }
+    if (rank == kKilled && step == kKillStep && role == "kill") {
       std::printf("KILLING at %lld\n", static_cast<long long>(NowMs()));
       std::fflush(stdout);
       kill(getppid(), SIGKILL);  // the recording shell: mpirun sees a rank killed by a signal
@@ -262,10 +269,18 @@ Job RunJob(const std::string& role, const std::vector<std::string>& env) {
     _exit(127);
   }
   const auto deadline = std::chrono::steady_clock::now() + kLimit;
+  bool released = false;
   while (std::chrono::steady_clock::now() < deadline) {
     if (waitpid(pid, &job.mpirun_status, WNOHANG) == pid) {
       job.ended = true;
       break;
+    }
+    // A stopped rank never ends: once both survivors have, kill it.
+    if (role == "stop" && !released && job.Exit(0) >= 0 && job.Exit(2) >= 0) {
+      const std::string log = job.Log(kKilled);
+      const size_t at = log.find(" pid ");
+      if (at != std::string::npos) kill(std::atoi(log.c_str() + at + 5), SIGKILL);
+      released = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -276,16 +291,18 @@ Job RunJob(const std::string& role, const std::vector<std::string>& env) {
   return job;
 }
 
-TEST(MpiLiveness, KilledRankEndsTheSurvivors) {
-  const Job job = RunJob("kill", {});
+// `role` "kill" or "stop"; `why` is what the survivors' error must say.
+void HitRankOne(const std::string& role, const std::string& why) {
+  const Job job = RunJob(role, {});
   ASSERT_FALSE(job.dir.empty());
   const std::string all = job.Dump();
   std::printf("%s", all.c_str());
   ASSERT_TRUE(job.ended) << "mpirun did not end within the test's bound:\n" << all;
-  const std::string killed = job.Log(kKilled);
-  const size_t at = killed.find("KILLING at ");
+  const std::string hit = job.Log(kKilled);
+  const std::string mark = role == "kill" ? "KILLING at " : "STOPPING at ";
+  const size_t at = hit.find(mark);
   ASSERT_NE(at, std::string::npos) << all;
-  const int64_t kill_ms = std::atoll(killed.c_str() + at + 11);
+  const int64_t kill_ms = std::atoll(hit.c_str() + at + mark.size());
   const std::string named = "rank 1 (127.0.0.1:";  // one host: the channel listens on loopback
   for (int r = 0; r < kSize; ++r) {
     if (r == kKilled) continue;
@@ -297,14 +314,24 @@ TEST(MpiLiveness, KilledRankEndsTheSurvivors) {
         << "rank " << r << " does not name " << named << ":\n"
         << all;
     EXPECT_NE(log.find("MPI liveness side channel"), std::string::npos) << all;
+    EXPECT_NE(log.find(why, failed), std::string::npos) << all;
     EXPECT_NE(log.find("LATER FAILED "), std::string::npos) << all;
     EXPECT_EQ(log.find("DOUBLE"), std::string::npos) << all;
     EXPECT_EQ(log.find("VALUE"), std::string::npos) << all;
     const int64_t failed_ms = std::atoll(log.c_str() + failed + 10);
-    std::printf("rank %d: failed %.2f s and exited %.2f s after rank 1 was killed\n", r,
-                (failed_ms - kill_ms) / 1000.0, (job.ExitMs(r) - kill_ms) / 1000.0);
+    std::printf("rank %d: failed %.2f s and exited %.2f s after rank 1 was %s\n", r,
+                (failed_ms - kill_ms) / 1000.0, (job.ExitMs(r) - kill_ms) / 1000.0,
+                role == "kill" ? "killed" : "stopped");
   }
 }
+
+TEST(MpiLiveness, KilledRankEndsTheSurvivors) {
+  HitRankOne("kill", "closed the connection without shutting down");
+}
+
+// A stopped rank keeps its connections open: the heartbeats (default HOROVOD_PEER_TIMEOUT_SECONDS)
+// catch it. The driver kills it once the survivors have ended.
+TEST(MpiLiveness, StoppedRankEndsTheSurvivors) { HitRankOne("stop", "sent nothing for"); }
 
 void ExpectClean(const Job& job, const std::string& says) {
   ASSERT_FALSE(job.dir.empty());
