@@ -52,18 +52,20 @@ class TargetTensorFlow(NamedTuple):
     unisolated: bool  # True when the isolation variables had to be removed to see it
 
 
-def probe_tensorflow(python: str, env: Dict[str, str]) -> Optional[Tuple[str, str]]:
-    """(version, folder) of the TensorFlow that `python` imports under `env`, or None."""
+def probe_tensorflow(python: str, env: Dict[str, str]) -> Tuple[Optional[Tuple[str, str]], str]:
+    """((version, folder), "") of the TensorFlow that `python` imports under `env`, or
+    (None, the last line of the import's error output)."""
     try:
         proc = subprocess.run([python, "-c", _TF_QUERY], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, universal_newlines=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, str(e)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or "|" not in lines[-1]:
-        return None
+        errors = proc.stderr.strip().splitlines()
+        return None, errors[-1] if errors else f"exit code {proc.returncode}"
     version, _, init_file = lines[-1].partition("|")
-    return version, os.path.dirname(init_file)
+    return (version, os.path.dirname(init_file)), ""
 
 
 def site_packages_hidden(sys_path: Sequence[str], site_packages: Sequence[str]) -> bool:
@@ -77,9 +79,10 @@ def site_packages_hidden(sys_path: Sequence[str], site_packages: Sequence[str]) 
     return bool(existing) and not any(p in on_path for p in existing)
 
 
-def missing_tensorflow_message(python: str, prefix: str) -> str:
+def missing_tensorflow_message(python: str, prefix: str, error: str) -> str:
     return f"""
-horovod_compat: cannot build: {python} (environment {prefix}) cannot import tensorflow.
+horovod_compat: cannot build: {python} (environment {prefix}) cannot import tensorflow
+({error}).
 The TensorFlow op library is compiled against the TensorFlow it will run with, so TensorFlow must
 be installed in the environment horovod_compat is installed into, before the build:
 
@@ -107,17 +110,18 @@ def find_target_tensorflow(python: Optional[str] = None, env: Optional[Dict[str,
     sys_path = list(sys.path if sys_path is None else sys_path)
     if site_packages is None:
         site_packages = site.getsitepackages()
-    found = probe_tensorflow(python, env)
+    found, error = probe_tensorflow(python, env)
     if found:
         return TargetTensorFlow(env, found[0], found[1], False)
     if (site_packages_hidden(sys_path, site_packages)
             and any(name in env for name in ISOLATION_VARIABLES)):
         clean = {k: v for k, v in env.items() if k not in ISOLATION_VARIABLES}
-        found = probe_tensorflow(python, clean)
+        found, error = probe_tensorflow(python, clean)
         if found:
             return TargetTensorFlow(clean, found[0], found[1], True)
-    raise SystemExit(missing_tensorflow_message(python, sys.prefix if python == sys.executable
-                                                else os.path.dirname(os.path.dirname(python))))
+    prefix = (sys.prefix if python == sys.executable
+              else os.path.dirname(os.path.dirname(python)))
+    raise SystemExit(missing_tensorflow_message(python, prefix, error))
 
 
 class CMakeExtension(Extension):

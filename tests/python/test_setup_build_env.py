@@ -84,8 +84,6 @@ def test_isolated_build_uses_the_environments_tensorflow(setup_py, isolated_env)
     for name in setup_py.ISOLATION_VARIABLES:
         assert name not in found.env
     assert found.env["HVDC_TEST_MARKER"] == "kept"  # nothing else changes
-    # CMake runs its own TensorFlow query under found.env: it must see the same TensorFlow.
-    assert setup_py.probe_tensorflow(sys.executable, found.env)[0] == tf.__version__
 
 
 def test_unisolated_build_keeps_the_environment(setup_py, tmp_path):
@@ -119,6 +117,7 @@ def test_no_tensorflow_stops_with_the_command_that_works(setup_py, isolated_env,
     message = str(failure.value.code)
     assert f"{python_without_tensorflow} " in message
     assert "cannot import tensorflow" in message
+    assert "No module named 'tensorflow'" in message  # the import's own error
     assert "pip install --no-build-isolation ." in message
     assert "pip install --no-build-isolation -e ." in message
 
