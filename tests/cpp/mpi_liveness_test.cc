@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -206,6 +207,11 @@ struct Job {
     if (stat((dir + "/exit." + std::to_string(r)).c_str(), &st) != 0) return -1;
     return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
   }
+  // Removes the job's folder (logs and exit files).
+  void Remove() const {
+    std::error_code ignored;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
+  }
   std::string Dump() const {
     std::string all;
     for (int r = 0; r < kSize; ++r) {
@@ -323,6 +329,7 @@ void HitRankOne(const std::string& role, const std::string& why) {
                 (failed_ms - kill_ms) / 1000.0, (job.ExitMs(r) - kill_ms) / 1000.0,
                 role == "kill" ? "killed" : "stopped");
   }
+  if (!::testing::Test::HasFailure()) job.Remove();  // kept for a look when something failed
 }
 
 TEST(MpiLiveness, KilledRankEndsTheSurvivors) {
@@ -346,6 +353,7 @@ void ExpectClean(const Job& job, const std::string& says) {
     EXPECT_EQ(log.find("peer rank was lost"), std::string::npos) << all;
     EXPECT_EQ(log.find("without shutting down"), std::string::npos) << all;
   }
+  if (!::testing::Test::HasFailure()) job.Remove();  // kept for a look when something failed
 }
 
 TEST(MpiLiveness, OrderlyJobRaisesNoAlarm) {
