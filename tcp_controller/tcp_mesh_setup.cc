@@ -56,6 +56,7 @@ struct Setup {
   Mesh::Impl* mesh = nullptr;
   tcp::acceptor* acceptor = nullptr;
   std::vector<std::string> last_error;  // per higher rank: why the last attempt failed
+  std::vector<bool> claimed;  // per lower rank: a connection proved it and is being acknowledged
   std::vector<std::shared_ptr<tcp::socket>> pending;  // sockets in handshake (closed at the end)
   std::vector<std::shared_ptr<asio::steady_timer>> timers;
   int connected = 0;
@@ -142,18 +143,23 @@ void AcceptProof(std::shared_ptr<Setup> st, std::shared_ptr<Incoming> in) {
         if (e) return Dropped(st.get(), *in->socket, in->from, "proof", e);
         const MeshOptions& o = st->mesh->options;
         std::string why = CheckProof(in->proof, o.secret_key, in->hello, in->nonce, o.rank);
-        if (why.empty() && st->mesh->peers[in->rank].socket) {
+        if (why.empty() && (st->mesh->peers[in->rank].socket || st->claimed[in->rank])) {
           why = fmt::format("rank {}, which is already connected", in->rank);
         }
         if (!why.empty()) {
           return Refuse(st.get(), *in->socket,
                         fmt::format("{} (claiming rank {})", in->from, in->rank), why);
         }
+        st->claimed[in->rank] = true;  // a second process proving the same rank is refused
         EncodeAck(in->ack, o.rank);
         asio::async_write(*in->socket, asio::buffer(in->ack),
                           [st, in](const boost::system::error_code& e2, size_t) {
+                            if (st->finished) return;
+                            if (e2) {  // the peer will retry
+                              st->claimed[in->rank] = false;
+                              return Dropped(st.get(), *in->socket, in->from, "ack", e2);
+                            }
                             Peer& peer = st->mesh->peers[in->rank];
-                            if (e2 || st->finished || peer.socket) return;
                             if (peer.address.empty()) peer.address = in->from;
                             st->Adopt(in->rank, in->socket);
                           });
@@ -202,7 +208,7 @@ void AcceptNext(std::shared_ptr<Setup> st) {
                 self.size = o.size;
                 self.job_token = o.job_token;
                 std::string why2 = CheckHello(in->hello, self, &in->rank);
-                if (why2.empty() && st->mesh->peers[in->rank].socket) {
+                if (why2.empty() && (st->mesh->peers[in->rank].socket || st->claimed[in->rank])) {
                   why2 = fmt::format("rank {}, which is already connected", in->rank);
                 }
                 if (!why2.empty()) return Refuse(st.get(), *in->socket, in->from, why2);
@@ -434,6 +440,7 @@ Status Mesh::Impl::Connect() {
   st->mesh = this;
   st->acceptor = &acceptor;
   st->last_error.assign(o.size, "");
+  st->claimed.assign(o.size, false);
   if (o.rank > 0) AcceptNext(st);
   tcp::resolver resolver(io);
   for (int q = o.rank + 1; q < o.size; ++q) {
