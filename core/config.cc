@@ -338,6 +338,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Number("HOROVOD_PEER_LOSS_EXIT_SECONDS", "seconds", 0.0, false, &c.peer_loss_exit_s);
   env.Number("HOROVOD_PEER_TIMEOUT_SECONDS", "seconds", 0.0, false, &c.peer_timeout_s);
   env.Bool("HOROVOD_MPI_THREADS_DISABLE", &c.mpi_threads_disable);
+  env.Bool("HOROVOD_MPI_LIVENESS", &c.mpi_liveness);
   env.Level("HOROVOD_LOG_LEVEL", &c.log_level);
   env.Bool("HOROVOD_LOG_HIDE_TIME", &c.log_hide_time);
   // Horovod's controllers are MPI and Gloo; its CPU operations MPI, Gloo and oneCCL.
@@ -358,6 +359,8 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.String("HOROVOD_GLOO_RENDEZVOUS_ADDR", &c.gloo.rendezvous_addr);
   env.Int("HOROVOD_GLOO_RENDEZVOUS_PORT", "port", 1, 65535, &c.gloo.rendezvous_port);
   env.String("HVDC_TCP_PEERS", &c.tcp_peers);
+  env.String("HOROVOD_SECRET_KEY", &c.secret_key);
+  env.String("HVDC_TCP_BIND_ADDRESS", &c.tcp_bind_address);
   env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
   for (const NoEffectEntry& e : NoEffectEntries()) {
@@ -428,6 +431,7 @@ std::string Config::Describe() const {
   line("HOROVOD_PEER_LOSS_EXIT_SECONDS", peer_loss_exit_s);
   line("HOROVOD_PEER_TIMEOUT_SECONDS", peer_timeout_s);
   line("HOROVOD_MPI_THREADS_DISABLE", b(mpi_threads_disable));
+  line("HOROVOD_MPI_LIVENESS", b(mpi_liveness));
   line("HOROVOD_LOG_LEVEL", LogLevelName(log_level));
   line("HOROVOD_LOG_HIDE_TIME", b(log_hide_time));
   line("HOROVOD_CONTROLLER", controller);
@@ -447,6 +451,8 @@ std::string Config::Describe() const {
   line("HOROVOD_GLOO_RENDEZVOUS_ADDR", gloo.rendezvous_addr);
   line("HOROVOD_GLOO_RENDEZVOUS_PORT", gloo.rendezvous_port);
   line("HVDC_TCP_PEERS", tcp_peers);
+  line("HOROVOD_SECRET_KEY", secret_key.empty() ? "(not set)" : "(set)");
+  line("HVDC_TCP_BIND_ADDRESS", tcp_bind_address);
   line("HVDC_CHUNK_BYTES", chunk_bytes);
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));
