@@ -37,7 +37,7 @@ KERASES = (KERAS3, TF_KERAS)
 
 class Edit(NamedTuple):
     """One text substitution: `old` (must occur) -> `new`, on the Kerases listed in `on`."""
-    kind: str            # "example-fix" (API.md section 5) or "steps" (shorter run)
+    kind: str            # "example-fix" (API.md section 5), "steps" (shorter run) or "data"
     why: str
     old: str
     new: str
@@ -88,8 +88,16 @@ for _name in ("tensorflow2_mnist_data_service.py",
               "tensorflow2_mnist_data_service_train_fn_compute_side_dispatcher.py",
               "tensorflow2_mnist_data_service_train_fn_training_side_dispatcher.py"):
     EXAMPLES[_name] = Example(skip=_DATA_SERVICE)
-EXAMPLES["tensorflow_word2vec.py"] = Example(
-    skip="downloads text8 over HTTP (no local copy); needs a tf.compat.v1 port (API.md section 5)")
+EXAMPLES["tensorflow_word2vec.py"] = Example(kerases=(KERAS3,), edits=(   # uses no Keras
+    Edit("example-fix", "TF1 graph API: run on tf.compat.v1 with eager execution off",
+         "import tensorflow as tf\n",
+         "import tensorflow.compat.v1 as tf\ntf.disable_eager_execution()\n"),
+    Edit("data", "the local text8 stand-in has ~2100 distinct words (text8: ~250000): "
+                 "vocabulary 50000 -> 1000, else the nearest-word printout indexes past it",
+         "vocabulary_size = 50000", "vocabulary_size = 1000"),
+    Edit("steps", "100000 // size + 1 steps -> 20 // size + 1",
+         "num_steps = 100000 // hvd.size() + 1", "num_steps = 20 // hvd.size() + 1"),
+))
 
 # API.md section 5 marks these dead (TF1-only APIs: tf.Session, tf.estimator, tf.layers, ...).
 DEAD = ("tensorflow_mnist.py", "tensorflow_mnist_eager.py", "tensorflow_mnist_estimator.py",
@@ -142,13 +150,50 @@ def _blocked_download(*args, **kwargs):
     raise RuntimeError(f"run_horovod_examples: download blocked (nothing may download): {args!r}")
 
 
+TEXT8_URL = "http://mattmahoney.net/dc/text8.zip"
+TEXT8_BYTES = 31344016            # the size tensorflow_word2vec.py checks
+TEXT_DIR = "/usr/share/common-licenses"
+
+
+def local_text8(filename: str, corpus_dir: str = TEXT_DIR) -> None:
+    """Writes a stand-in for text8.zip: the English text of corpus_dir's files, lower-cased,
+    letters only (text8's form), in a zip member 'text8', padded in front to text8.zip's size
+    (a zip is read from its end, so leading bytes do not disturb zipfile)."""
+    import io
+    import re
+    import zipfile
+    words = []
+    for name in sorted(os.listdir(corpus_dir)):
+        path = os.path.join(corpus_dir, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            with open(path, errors="replace") as f:
+                words += re.findall(r"[a-z]+", f.read().lower())
+    if len(words) < 1000:
+        raise RuntimeError(f"local_text8: too little text in {corpus_dir}")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("text8", " " + " ".join(words))
+    payload = buffer.getvalue()
+    if len(payload) > TEXT8_BYTES:
+        raise RuntimeError("local_text8: corpus larger than text8.zip")
+    with open(filename, "wb") as f:
+        f.write(b"\0" * (TEXT8_BYTES - len(payload)) + payload)
+
+
+def _local_urlretrieve(url, filename=None, *args, **kwargs):
+    if url == TEXT8_URL and filename:
+        local_text8(filename)
+        return filename, None
+    return _blocked_download(url, filename)
+
+
 def install_redirects(module_names: Sequence[str] = ()) -> List[str]:
     """Points every mnist.load_data the example can reach at fashion_mnist_load_data and makes
     urllib downloads fail. Returns the module names patched."""
     import importlib
     import urllib.request
     urllib.request.urlopen = _blocked_download
-    urllib.request.urlretrieve = _blocked_download
+    urllib.request.urlretrieve = _local_urlretrieve
     names = list(module_names) or ["keras.src.datasets.mnist", "keras.datasets.mnist",
                                    "tf_keras.src.datasets.mnist", "tf_keras.datasets.mnist"]
     patched = []
@@ -170,7 +215,8 @@ def exec_example(argv: Sequence[str]) -> None:
     patched = install_redirects()
     if os.environ.get("OMPI_COMM_WORLD_RANK", "0") == "0":
         sys.stderr.write(f"run_horovod_examples: mnist.load_data served from Fashion-MNIST in "
-                         f"{', '.join(patched)}; downloads blocked\n")
+                         f"{', '.join(patched)}; text8.zip from {TEXT_DIR}; other downloads "
+                         f"blocked\n")
     from horovod_compat import alias
     alias.main(list(argv))
 

@@ -6,6 +6,8 @@ import os
 import sys
 import types
 import urllib.request
+import re
+import zipfile
 
 import numpy as np
 import pytest
@@ -30,15 +32,18 @@ single_process = pytest.mark.skipif(
     reason="launches its own mpirun job; runs from the test process started without mpirun")
 
 FAKE_EXAMPLE = """\
-import sys
 import tensorflow as tf
 import horovod.tensorflow as hvd
 
+LOOP = 1000
 hvd.init()
 (x, y), (xt, yt) = tf.keras.datasets.mnist.load_data(path='mnist-%d.npz' % hvd.rank())
-total = hvd.allreduce(tf.constant(float(x.sum() % 1000)), op=hvd.Sum)
-print('rank %d of %d: train %s %s test %s checksum %d LOOP=%d' % (
-    hvd.rank(), hvd.size(), x.shape, x.dtype, xt.shape, int(total.numpy()), 1000))
+# every rank contributes its own data: the sum shows both ranks read the same arrays
+total = hvd.allreduce(tf.constant(float(x[:, 14, :].sum() + hvd.rank()), tf.float64),
+                      op=hvd.Sum)
+if hvd.rank() == 0:
+    print('size %d: train %s %s test %s sum %d LOOP=%d' % (
+        hvd.size(), x.shape, x.dtype, xt.shape, int(total.numpy()), LOOP))
 """
 
 
@@ -65,7 +70,7 @@ def test_every_listed_edit_names_a_known_keras():
     for name, spec in harness.EXAMPLES.items():
         assert spec.skip or name.endswith(".py")
         for edit in spec.edits:
-            assert edit.kind in ("example-fix", "steps"), (name, edit)
+            assert edit.kind in ("example-fix", "steps", "data"), (name, edit)
             assert set(edit.on) <= set(harness.KERASES), (name, edit)
     assert not set(harness.DEAD) & set(harness.EXAMPLES)
 
@@ -90,12 +95,29 @@ def test_redirect_serves_fashion_mnist_and_blocks_downloads(monkeypatch):
         urllib.request.urlretrieve("https://example.invalid/mnist.npz", "/tmp/x")
 
 
+@pytest.mark.skipif(not os.path.isdir(harness.TEXT_DIR), reason=f"no {harness.TEXT_DIR}")
+def test_text8_stand_in(monkeypatch, tmp_path):
+    monkeypatch.setattr(urllib.request, "urlopen", urllib.request.urlopen)
+    monkeypatch.setattr(urllib.request, "urlretrieve", urllib.request.urlretrieve)
+    harness.install_redirects(["hvdc_no_such_module"])
+    target = str(tmp_path / "text8-0.zip")
+    assert urllib.request.urlretrieve(harness.TEXT8_URL, target)[0] == target
+    assert os.path.getsize(target) == harness.TEXT8_BYTES
+    with zipfile.ZipFile(target) as z:
+        words = z.read(z.namelist()[0]).decode().split()
+    assert len(words) > 1000 and all(w.isalpha() and w.islower() for w in words)
+    first_file = os.path.join(harness.TEXT_DIR, sorted(os.listdir(harness.TEXT_DIR))[0])
+    if os.path.isfile(first_file) and not os.path.islink(first_file):
+        with open(first_file, errors="replace") as f:
+            assert words[:20] == re.findall(r"[a-z]+", f.read().lower())[:20]
+
+
 @needs_data
 @single_process
 def test_fake_example_at_np2_through_alias(tmp_path):
     (tmp_path / "fake_example.py").write_text(FAKE_EXAMPLE)
     spec = harness.Example(edits=(
-        harness.Edit("steps", "shorter", "1000))", "2))"),
+        harness.Edit("steps", "shorter", "LOOP = 1000", "LOOP = 2"),
         harness.Edit("example-fix", "tf_keras only", "hvd.init()", "hvd.init(); 1 / 0",
                      (harness.TF_KERAS,))))
     result = harness.run_one(str(tmp_path), "fake_example.py", harness.KERAS3, sys.executable,
@@ -105,11 +127,10 @@ def test_fake_example_at_np2_through_alias(tmp_path):
     limit = 4096
     x = fashion.read_idx(os.path.join(FASHION, "train-images-idx3-ubyte.gz"))[:limit]
     n_test = len(fashion.read_idx(os.path.join(FASHION, "t10k-labels-idx1-ubyte.gz")))
-    checksum = 2 * int(x.sum() % 1000)
-    for rank in range(2):
-        line = (f"rank {rank} of 2: train ({limit}, 28, 28) uint8 test ({n_test}, 28, 28) "
-                f"checksum {checksum} LOOP=2")
-        assert line in result.detail, result.detail[-6000:]
+    expected_sum = 2 * int(x[:, 14, :].sum(dtype=np.int64)) + 1     # ranks 0 and 1 added
+    line = (f"size 2: train ({limit}, 28, 28) uint8 test ({n_test}, 28, 28) "
+            f"sum {expected_sum} LOOP=2")
+    assert line in result.detail, result.detail[-6000:]
     assert "mnist.load_data served from Fashion-MNIST" in result.detail
 
 
