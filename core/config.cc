@@ -275,6 +275,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Bool("HOROVOD_HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
   env.Bool("HOROVOD_TORUS_ALLREDUCE", &c.torus_allreduce);
   env.Bool("HOROVOD_MPI_THREADS_DISABLE", &c.mpi_threads_disable);
+  env.Bool("HOROVOD_MPI_LIVENESS", &c.mpi_liveness);
   int nccl_streams = c.num_nccl_streams;
   if (env.Int("HOROVOD_NUM_NCCL_STREAMS", "streams", std::numeric_limits<int>::min(), kIntMax,
               &nccl_streams)) {
@@ -311,6 +312,8 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.String("HOROVOD_GLOO_RENDEZVOUS_ADDR", &c.gloo.rendezvous_addr);
   env.Int("HOROVOD_GLOO_RENDEZVOUS_PORT", "port", 1, 65535, &c.gloo.rendezvous_port);
   env.String("HVDC_TCP_PEERS", &c.tcp_peers);
+  env.String("HOROVOD_SECRET_KEY", &c.secret_key);
+  env.String("HVDC_TCP_BIND_ADDRESS", &c.tcp_bind_address);
   env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
   if (!env.status().ok()) return env.status();
@@ -382,6 +385,7 @@ std::string Config::Describe() const {
   line("HOROVOD_HIERARCHICAL_ALLGATHER", b(hierarchical_allgather));
   line("HOROVOD_TORUS_ALLREDUCE", b(torus_allreduce));
   line("HOROVOD_MPI_THREADS_DISABLE", b(mpi_threads_disable));
+  line("HOROVOD_MPI_LIVENESS", b(mpi_liveness));
   line("HOROVOD_NUM_NCCL_STREAMS", num_nccl_streams);
   line("HOROVOD_LOG_LEVEL", LogLevelName(log_level));
   line("HOROVOD_LOG_HIDE_TIME", b(log_hide_time));
@@ -408,6 +412,8 @@ std::string Config::Describe() const {
   line("HOROVOD_GLOO_RENDEZVOUS_ADDR", gloo.rendezvous_addr);
   line("HOROVOD_GLOO_RENDEZVOUS_PORT", gloo.rendezvous_port);
   line("HVDC_TCP_PEERS", tcp_peers);
+  line("HOROVOD_SECRET_KEY", secret_key.empty() ? "(not set)" : "(set)");
+  line("HVDC_TCP_BIND_ADDRESS", tcp_bind_address);
   line("HVDC_CHUNK_BYTES", chunk_bytes);
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));

@@ -56,6 +56,9 @@ struct Config {
   // HOROVOD_MPI_THREADS_DISABLE: request MPI_THREAD_SERIALIZED; control and execution share a
   // thread.
   bool mpi_threads_disable = false;
+  // HOROVOD_MPI_LIVENESS: under MPI, a heartbeat-only TCP mesh beside MPI notices a dead or hung
+  // rank (which MPI cannot report) and fails the job as the TCP transport does (0 = off).
+  bool mpi_liveness = true;
   // HOROVOD_NUM_NCCL_STREAMS: GPU streams per device (values <= 0 are ignored, as in Horovod).
   int num_nccl_streams = 1;
   // HOROVOD_LOG_LEVEL: trace, debug, info, warning, error, fatal (case-insensitive).
@@ -106,6 +109,13 @@ struct Config {
   // HVDC_TCP_PEERS: "host:port,host:port,..." of every rank (index = rank), the static alternative
   // to a rendezvous service (what the Python shim writes from TF_CONFIG).
   std::string tcp_peers;
+  // HOROVOD_SECRET_KEY: the job's shared secret (horovodrun --gloo makes one per job; TF_CONFIG
+  // jobs may set one by hand). Every TCP connection and rendezvous request proves it. Never
+  // printed (Describe() says only whether it is set).
+  std::string secret_key;
+  // HVDC_TCP_BIND_ADDRESS: the address the TCP transport listens on when HOROVOD_GLOO_IFACE is
+  // not set ("0.0.0.0" or "::" = every interface); empty = chosen as docs/tcp.md says.
+  std::string tcp_bind_address;
 
   // Ours (no Horovod equivalent):
   // HVDC_CHUNK_BYTES: long CPU reductions are issued in chunks of this many bytes (cache-sized).

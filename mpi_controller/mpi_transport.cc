@@ -7,9 +7,11 @@
 #include <utility>
 
 #include "core/hash.h"
+#include "core/logging.h"
 #include "mpi_controller/mpi_context.h"
 #include "mpi_controller/mpi_control_channel.h"
 #include "mpi_controller/mpi_host_comm.h"
+#include "mpi_controller/mpi_liveness.h"
 
 namespace hvdc {
 namespace mpi {
@@ -29,10 +31,12 @@ Status CheckRanks(const std::vector<int>& ranks, int world_size) {
 
 class MpiTransport : public Transport {
  public:
-  MpiTransport(std::unique_ptr<MpiContext> context, UniqueComm admin, bool threads_supported)
+  MpiTransport(std::unique_ptr<MpiContext> context, UniqueComm admin, bool threads_supported,
+               std::unique_ptr<Liveness> liveness)
       : context_(std::move(context)),
         admin_(std::move(admin)),
-        threads_supported_(threads_supported) {}
+        threads_supported_(threads_supported),
+        liveness_(std::move(liveness)) {}
 
   const Topology& topology() const override { return context_->topology(); }
   const char* name() const override { return "mpi"; }
@@ -79,9 +83,21 @@ class MpiTransport : public Transport {
     return Status::OK();
   }
 
+  void SetPeerLostHandler(PeerLostHandler handler) override {
+    // The runtime sets its handler once logging is configured: say here whether one can come.
+    if (handler && !told_) {
+      told_ = true;
+      LogDebug("MPI liveness side channel: {}",
+               liveness_ ? "on (" + liveness_->description() + ")"
+                         : std::string("off (HOROVOD_MPI_LIVENESS=0, or a world of one rank)"));
+    }
+    if (liveness_) liveness_->SetPeerLostHandler(std::move(handler));
+  }
+
   void Finalize() override {
     if (finalized_) return;
     finalized_ = true;
+    if (liveness_) liveness_->Close();  // goodbyes first: no peer takes our exit for a death
     admin_.reset();
     context_->Finalize();
   }
@@ -90,7 +106,9 @@ class MpiTransport : public Transport {
   std::unique_ptr<MpiContext> context_;
   UniqueComm admin_;  // world collectives of the transport itself; nothing else uses it
   const bool threads_supported_;
+  std::unique_ptr<Liveness> liveness_;  // HOROVOD_MPI_LIVENESS (null when off or alone)
   bool finalized_ = false;
+  bool told_ = false;
 };
 
 }  // namespace
@@ -108,7 +126,12 @@ Status MakeMpiTransport(const Config& config, const MpiTransportOptions& opts,
   HVDC_RETURN_IF_ERROR(mpi::DupWithErrorsReturn(context->world(), &admin));
   const bool threads =
       context->thread_level() == MPI_THREAD_MULTIPLE && !config.mpi_threads_disable;
-  *out = std::make_unique<mpi::MpiTransport>(std::move(context), std::move(admin), threads);
+  std::unique_ptr<mpi::Liveness> liveness;
+  if (config.mpi_liveness && context->topology().size > 1) {
+    HVDC_RETURN_IF_ERROR(mpi::Liveness::Start(config, admin.get(), context->topology(), &liveness));
+  }
+  *out = std::make_unique<mpi::MpiTransport>(std::move(context), std::move(admin), threads,
+                                             std::move(liveness));
   return Status::OK();
 }
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "tcp_controller/hmac_sha256.h"
+
 namespace hvdc {
 namespace tcp {
 namespace {
@@ -103,9 +105,14 @@ Status HttpStore::Request(const std::string& method, const std::string& key,
     return Status::UnknownError(
         fmt::format("{} {} at {}:{} failed: cannot connect: {}", method, path, host_, port_, what));
   }
+  std::string signature;
+  if (!secret_.empty()) {
+    signature = fmt::format("X-Hvdc-Signature: {}\r\n",
+                            ToHex(HmacSha256Of(secret_, method + "\n" + path + "\n" + body)));
+  }
   const std::string request = fmt::format(
-      "{} {} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}", method,
-      path, host_, port_, body.size(), body);
+      "{} {} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n{}Content-Length: {}\r\n\r\n{}",
+      method, path, host_, port_, signature, body.size(), body);
   std::string reply;
   boost::system::error_code ec = asio::error::timed_out;
   asio::async_write(socket, asio::buffer(request), [&](const boost::system::error_code& e, size_t) {
@@ -146,10 +153,19 @@ Status HttpStore::Request(const std::string& method, const std::string& key,
   return Status::OK();
 }
 
+Status HttpStore::Forbidden(const std::string& method, const std::string& key) const {
+  return Status::UnknownError(fmt::format(
+      "{} /{}/{} at {}:{} was refused (HTTP 403): the rendezvous service wants requests signed "
+      "with the job's secret, and HOROVOD_SECRET_KEY is {} (start the ranks with horovodrun "
+      "--gloo, or give them the service's HOROVOD_SECRET_KEY)",
+      method, scope_, key, host_, port_, secret_.empty() ? "not set" : "a different one"));
+}
+
 Status HttpStore::Set(const std::string& key, const std::string& value) {
   int code = 0;
   std::string response;
   HVDC_RETURN_IF_ERROR(Request("PUT", key, value, &code, &response));
+  if (code == 403) return Forbidden("PUT", key);
   if (code != 200) {
     return Status::UnknownError(
         fmt::format("PUT /{}/{} at {}:{} answered HTTP {}", scope_, key, host_, port_, code));
@@ -161,6 +177,7 @@ Status HttpStore::Get(const std::string& key, std::string* value, bool* found) {
   int code = 0;
   std::string response;
   HVDC_RETURN_IF_ERROR(Request("GET", key, "", &code, &response));
+  if (code == 403) return Forbidden("GET", key);
   *found = code == 200;
   if (code == 200) {
     *value = std::move(response);

@@ -21,6 +21,11 @@ class HttpStore : public Store {
   static Status Create(const std::string& host, int port, const std::string& scope,
                        std::chrono::milliseconds timeout, std::unique_ptr<HttpStore>* out);
 
+  // With a secret (HOROVOD_SECRET_KEY), every request carries the header
+  //   X-Hvdc-Signature: hex(HMAC-SHA256(secret, method "\n" path "\n" body))
+  // (the launcher's service answers 403 to a missing or wrong one).
+  void set_secret(std::string secret) { secret_ = std::move(secret); }
+
   Status Set(const std::string& key, const std::string& value) override;
   Status Get(const std::string& key, std::string* value, bool* found) override;
   std::string Describe() const override;
@@ -32,12 +37,14 @@ class HttpStore : public Store {
   // One request; *code is the HTTP status, *body the response body.
   Status Request(const std::string& method, const std::string& key, const std::string& body,
                  int* code, std::string* response);
+  Status Forbidden(const std::string& method, const std::string& key) const;
 
   const std::string host_;
   const int port_;
   const std::string scope_;
   const std::chrono::milliseconds timeout_;
   std::string local_address_;
+  std::string secret_;
 };
 
 }  // namespace tcp

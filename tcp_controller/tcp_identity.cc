@@ -5,23 +5,18 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <map>
 
+#include "core/logging.h"
 #include "tcp_controller/tcp_mesh.h"
+#include "tcp_controller/tcp_wire.h"
 
 namespace hvdc {
 namespace tcp {
 namespace {
-
-uint64_t Fnv(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::vector<std::string> SplitCommas(const std::string& s) {
   std::vector<std::string> out;
@@ -38,7 +33,68 @@ std::vector<std::string> SplitCommas(const std::string& s) {
   return out;
 }
 
+bool IsNumericAddress(const std::string& text) {
+  addrinfo hints = {};
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* result = nullptr;
+  if (getaddrinfo(text.c_str(), nullptr, &hints, &result) != 0) return false;
+  freeaddrinfo(result);
+  return true;
+}
+
 }  // namespace
+
+bool IsLocalAddress(const std::string& address) {
+  addrinfo hints = {};
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* result = nullptr;
+  if (getaddrinfo(address.c_str(), "0", &hints, &result) != 0) return false;
+  bool local = false;
+  const int fd = ::socket(result->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0) {
+    local = ::bind(fd, result->ai_addr, result->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  freeaddrinfo(result);
+  return local;
+}
+
+std::string StaticBindAddress(const std::string& own_host, std::string* note) {
+  if (IsNumericAddress(own_host)) {
+    if (IsLocalAddress(own_host)) return own_host;
+    *note = fmt::format("its entry's address {} is not an address of this machine (behind NAT?)",
+                        own_host);
+    return "";
+  }
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int rc = getaddrinfo(own_host.c_str(), nullptr, &hints, &result);
+  if (rc != 0) {
+    *note = fmt::format("its entry's host '{}' does not resolve ({})", own_host, gai_strerror(rc));
+    return "";
+  }
+  std::string found, tried;
+  for (addrinfo* a = result; a != nullptr && found.empty(); a = a->ai_next) {
+    char host[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) !=
+        0) {
+      continue;
+    }
+    if (IsLocalAddress(host)) {
+      found = host;
+    } else {
+      tried += (tried.empty() ? "" : ", ") + std::string(host);
+    }
+  }
+  freeaddrinfo(result);
+  if (found.empty()) {
+    *note = fmt::format("its entry's host '{}' resolves to no address of this machine ({})",
+                        own_host, tried);
+  }
+  return found;
+}
 
 Status InterfaceAddress(const std::string& name, std::string* address) {
   ifaddrs* list = nullptr;
@@ -104,7 +160,7 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
       return Status::InvalidArgument(
           fmt::format("HOROVOD_SIZE={} but HVDC_TCP_PEERS lists {} ranks", g.size, id.size));
     }
-    id.job_token = Fnv("peers:" + c.tcp_peers);
+    id.job_token = JobToken("peers:" + c.tcp_peers);
   } else if (!g.rendezvous_addr.empty()) {
     if (g.rendezvous_port < 0) {
       return Status::InvalidArgument(fmt::format(
@@ -121,7 +177,7 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
     id.rendezvous_host = g.rendezvous_addr;
     id.rendezvous_port = g.rendezvous_port;
     id.job_token =
-        Fnv(fmt::format("rendezvous:{}:{}:{}", g.rendezvous_addr, g.rendezvous_port, g.size));
+        JobToken(fmt::format("rendezvous:{}:{}:{}", g.rendezvous_addr, g.rendezvous_port, g.size));
   } else {
     return Status::InvalidArgument(
         "the TCP (gloo) transport needs either HVDC_TCP_PEERS (with HOROVOD_RANK) or "
@@ -142,7 +198,27 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
       if (first.ok()) first = s;
     }
     if (id.bind_host.empty()) return first;
+  } else if (!c.tcp_bind_address.empty()) {
+    if (!IsNumericAddress(c.tcp_bind_address)) {
+      return Status::InvalidArgument(fmt::format(
+          "HVDC_TCP_BIND_ADDRESS='{}' is not an IP address (0.0.0.0 or :: = every interface)",
+          c.tcp_bind_address));
+    }
+    id.bind_host = c.tcp_bind_address;
+  } else if (!id.peers.empty()) {
+    std::string own_host, note;
+    int port = 0;
+    HVDC_RETURN_IF_ERROR(ParseHostPort(
+        id.peers[id.rank], fmt::format("HVDC_TCP_PEERS entry {}", id.rank), &own_host, &port));
+    id.bind_host = StaticBindAddress(own_host, &note);
+    if (id.bind_host.empty()) {
+      LogWarning(
+          "TCP transport: rank {} listens on every interface: {} (set HOROVOD_GLOO_IFACE or "
+          "HVDC_TCP_BIND_ADDRESS to choose)",
+          id.rank, note);
+    }
   }
+  id.secret_key = c.secret_key;
   *out = std::move(id);
   return Status::OK();
 }

@@ -18,8 +18,12 @@ struct Identity {
   std::vector<std::string> peers;  // static list (HVDC_TCP_PEERS), or empty
   std::string rendezvous_host;     // rendezvous service, when peers is empty
   int rendezvous_port = 0;
-  std::string bind_host;  // HOROVOD_GLOO_IFACE's address, or empty
-  uint64_t job_token = 0;
+  // Where to listen: HOROVOD_GLOO_IFACE's address, else HVDC_TCP_BIND_ADDRESS, else (static
+  // list) this rank's own entry when it is an address of this machine; empty = the mesh's default
+  // (the store's local address; every interface for a static list whose entry is not local).
+  std::string bind_host;
+  uint64_t job_token = 0;  // tcp_wire.h: JobToken of the peer list / rendezvous service and size
+  std::string secret_key;  // HOROVOD_SECRET_KEY (never logged)
 };
 
 // Validates and combines the variables (every error names the variable and its value).
@@ -28,6 +32,14 @@ Status IdentityFromConfig(const Config& config, Identity* out);
 // The IPv4 (else IPv6) address of network interface `name`; InvalidArgument naming
 // HOROVOD_GLOO_IFACE when there is none.
 Status InterfaceAddress(const std::string& name, std::string* address);
+
+// Where a rank of a static list whose entry names `own_host` listens: `own_host` itself when it
+// is an address of this machine, else the first address it resolves to that is; "" (every
+// interface) when none is, with *note saying why (for a warning).
+std::string StaticBindAddress(const std::string& own_host, std::string* note);
+
+// Whether `address` (numeric) is one of this machine's (a socket can bind to it).
+bool IsLocalAddress(const std::string& address);
 
 // rank/size given; local and cross ranks from the config where set, else from equal hosts.
 Status BuildTopology(int rank, int size, const std::vector<std::string>& hosts,

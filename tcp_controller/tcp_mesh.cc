@@ -69,15 +69,14 @@ void Mesh::Impl::StartRead(int p) {
                        }
                        return;
                      }
-                     const uint32_t magic = GetLe<uint32_t>(pr.header);
-                     pr.channel = GetLe<uint32_t>(pr.header + 4);
-                     const uint64_t length = GetLe<uint64_t>(pr.header + 8);
-                     if (magic != kFrameMagic || length > kMaxFrameBytes) {
-                       FailPeerLocked(p, fmt::format("sent a garbage frame (magic {:#x}, length "
-                                                     "{}); connection dropped",
-                                                     magic, length));
+                     FrameHeader frame;
+                     const std::string bad = DecodeFrameHeader(pr.header, &frame);
+                     if (!bad.empty()) {
+                       FailPeerLocked(p, fmt::format("sent a {}; connection dropped", bad));
                        return;
                      }
+                     pr.channel = frame.channel;
+                     const uint64_t length = frame.length;
                      if (length == 0 && pr.channel == kHeartbeatChannel) {
                        lock.unlock();
                        StartRead(p);

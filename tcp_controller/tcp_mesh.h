@@ -1,6 +1,7 @@
 // Mesh: the full mesh of TCP connections of one job, on Boost.Asio -- one connection per pair of
-// ranks (the lower rank connects, sends a hello with its rank and the job token; strays are
-// refused), TCP_NODELAY, length-prefixed frames tagged with a channel id.
+// ranks (the lower rank connects, sends a hello with its rank and the job token, and both sides
+// prove the job's secret over each other's nonce; strays are refused), TCP_NODELAY,
+// length-prefixed frames tagged with a channel id. The wire format is in tcp_wire.h.
 //
 // Channels keep unrelated traffic apart: the transport's own (0), and a control and a data channel
 // per process set. Messages on one (peer, channel) arrive in the order they were sent. Each
@@ -40,8 +41,13 @@ struct MeshOptions {
   // LocalAddress()), publishes "host:port" as rank_<r> and reads the others'.
   Store* store = nullptr;
   std::string bind_host;
-  // Every hello carries it; a connection with another token is refused.
+  // Every hello carries it; a connection with another token is refused (tcp_wire.h: a hash of
+  // what every rank must agree on).
   uint64_t job_token = 0;
+  // The job's shared secret (HOROVOD_SECRET_KEY; may be empty): every connection proves it both
+  // ways over fresh nonces (tcp_wire.h); a wrong proof is logged and the connection refused while
+  // the mesh keeps waiting for the real peer. Never logged.
+  std::string secret_key;
   // Bounds rendezvous and connection set-up, and Close()'s wait for the peers.
   std::chrono::milliseconds timeout{30000};
   // Heartbeats (0 = off): every peer_timeout / 4 the I/O thread sends each idle connection an
@@ -59,7 +65,7 @@ Status ParseHostPort(const std::string& entry, const std::string& what, std::str
 class Mesh {
  public:
   // Largest frame accepted; larger messages must be split by the caller (SendLarge does).
-  static constexpr uint64_t kMaxFrameBytes = 64ull << 20;
+  static constexpr uint64_t kMaxFrameBytes = 64ull << 20;  // tcp_wire.h: kMaxFrameLength
 
   static Status Create(const MeshOptions& options, std::shared_ptr<Mesh>* out);
   ~Mesh();  // Close()

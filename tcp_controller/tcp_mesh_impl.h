@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tcp_controller/tcp_mesh.h"
+#include "tcp_controller/tcp_wire.h"
 
 namespace hvdc {
 namespace tcp {
@@ -23,30 +24,11 @@ namespace tcp {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-// Wire constants. Integers are little-endian (every supported host is).
-constexpr uint32_t kFrameMagic = 0x46445648;  // "HVDF"
-constexpr uint32_t kHelloMagic = 0x48445648;  // "HVDH"
-constexpr uint32_t kAckMagic = 0x41445648;    // "HVDA"
-constexpr uint32_t kProtocolVersion = 1;
 // An empty frame on this channel says "I am closing in order": the end of the connection that
 // follows is no failure. A connection that ends without it is a lost peer.
 constexpr uint32_t kByeChannel = 0xffffffffu;
 // Empty frames on this channel only say "alive" (MeshOptions::peer_timeout).
 constexpr uint32_t kHeartbeatChannel = 0xfffffffeu;
-constexpr size_t kFrameHeaderBytes = 16;  // magic, channel, length (u64)
-constexpr size_t kHelloBytes = 32;        // magic, version, rank, size, token (u64), reserved (u64)
-constexpr size_t kAckBytes = 16;          // magic, version, rank, reserved
-
-template <typename T>
-void PutLe(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-template <typename T>
-T GetLe(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 
 struct Peer {
   // Reads and the final close are the I/O thread's (after set-up); writes go straight to `fd` from

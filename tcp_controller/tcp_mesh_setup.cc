@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "core/logging.h"
@@ -55,10 +56,22 @@ struct Setup {
   Mesh::Impl* mesh = nullptr;
   tcp::acceptor* acceptor = nullptr;
   std::vector<std::string> last_error;  // per higher rank: why the last attempt failed
+  std::vector<bool> claimed;  // per lower rank: a connection proved it and is being acknowledged
   std::vector<std::shared_ptr<tcp::socket>> pending;  // sockets in handshake (closed at the end)
   std::vector<std::shared_ptr<asio::steady_timer>> timers;
   int connected = 0;
   bool finished = false;
+  std::set<std::string> warned;  // refusals logged as warnings (repeats go to the debug log)
+
+  // Logs `message` as a warning the first time `key` is seen in this set-up, else as debug (a
+  // peer retrying every 200 ms with the wrong secret would flood the log).
+  void Warn(const std::string& key, const std::string& message) {
+    if (warned.insert(key).second) {
+      LogWarning("{}", message);
+    } else {
+      LogDebug("{}", message);
+    }
+  }
 
   bool Done() const { return connected == mesh->options.size - 1; }
   void Adopt(int q, std::shared_ptr<tcp::socket> s) {
@@ -69,64 +82,149 @@ struct Setup {
   }
 };
 
-void FillHello(uint8_t* b, const MeshOptions& o) {
-  std::memset(b, 0, kHelloBytes);
-  PutLe<uint32_t>(b, kHelloMagic);
-  PutLe<uint32_t>(b + 4, kProtocolVersion);
-  PutLe<int32_t>(b + 8, o.rank);
-  PutLe<int32_t>(b + 12, o.size);
-  PutLe<uint64_t>(b + 16, o.job_token);
+std::string Endpoint(tcp::socket& s) {
+  boost::system::error_code ec;
+  const auto from = s.remote_endpoint(ec);
+  if (ec) return "?";
+  return fmt::format("{}:{}", from.address().to_string(), from.port());
 }
 
-// Accepts connections from lower ranks; refuses (logs and drops) anything else.
+std::string HostOf(const std::string& endpoint) { return endpoint.substr(0, endpoint.rfind(':')); }
+
+// Logs why the connection from `from` was refused and drops it (the mesh keeps waiting).
+void Refuse(Setup* st, tcp::socket& s, const std::string& from, const std::string& why) {
+  st->Warn(HostOf(from) + " " + why,
+           fmt::format("TCP transport: rank {} refused a connection from {}: {}",
+                       st->mesh->options.rank, from, why));
+  boost::system::error_code ignored;
+  s.close(ignored);
+}
+
+// An incoming connection failed or ended during the handshake: drops it, and logs it unless it
+// ended before its first byte (a port probe).
+void Dropped(Setup* st, tcp::socket& s, const std::string& from, const char* stage,
+             const boost::system::error_code& e, bool silent = false) {
+  boost::system::error_code ignored;
+  s.close(ignored);
+  if (silent) {
+    LogDebug("TCP transport: rank {}: {} closed the connection without a word",
+             st->mesh->options.rank, from);
+    return;
+  }
+  const std::string what =
+      std::string(stage) == "proof"
+          ? fmt::format(
+                "it closed the connection instead of proving the job's secret (did it "
+                "refuse our proof: a different HOROVOD_SECRET_KEY?): {}",
+                e.message())
+          : fmt::format("it ended in the middle of the handshake (truncated {}: {})", stage,
+                        e.message());
+  st->Warn(HostOf(from) + " " + stage,
+           fmt::format("TCP transport: rank {} refused a connection from {}: {}",
+                       st->mesh->options.rank, from, what));
+}
+
+// Handshake state of one incoming connection.
+struct Incoming {
+  std::shared_ptr<tcp::socket> socket;
+  std::string from;
+  uint8_t hello[kHelloBytes] = {};
+  uint8_t challenge[kChallengeBytes] = {};
+  uint8_t proof[kProofBytes] = {};
+  uint8_t ack[kAckBytes] = {};
+  Nonce nonce = {};
+  int rank = -1;
+};
+
+void AcceptProof(std::shared_ptr<Setup> st, std::shared_ptr<Incoming> in) {
+  asio::async_read(
+      *in->socket, asio::buffer(in->proof), [st, in](const boost::system::error_code& e, size_t) {
+        if (st->finished) return;
+        if (e) return Dropped(st.get(), *in->socket, in->from, "proof", e);
+        const MeshOptions& o = st->mesh->options;
+        std::string why = CheckProof(in->proof, o.secret_key, in->hello, in->nonce, o.rank);
+        if (why.empty() && (st->mesh->peers[in->rank].socket || st->claimed[in->rank])) {
+          why = fmt::format("rank {}, which is already connected", in->rank);
+        }
+        if (!why.empty()) {
+          return Refuse(st.get(), *in->socket,
+                        fmt::format("{} (claiming rank {})", in->from, in->rank), why);
+        }
+        st->claimed[in->rank] = true;  // a second process proving the same rank is refused
+        EncodeAck(in->ack, o.rank);
+        asio::async_write(*in->socket, asio::buffer(in->ack),
+                          [st, in](const boost::system::error_code& e2, size_t) {
+                            if (st->finished) return;
+                            if (e2) {  // the peer will retry
+                              st->claimed[in->rank] = false;
+                              return Dropped(st.get(), *in->socket, in->from, "ack", e2);
+                            }
+                            Peer& peer = st->mesh->peers[in->rank];
+                            if (peer.address.empty()) peer.address = in->from;
+                            st->Adopt(in->rank, in->socket);
+                          });
+      });
+}
+
+// Accepts connections from lower ranks; refuses (logs and drops) anything else. A stray that
+// sends nothing only holds its socket until the set-up ends (the next accept is already waiting).
 void AcceptNext(std::shared_ptr<Setup> st) {
   auto s = std::make_shared<tcp::socket>(st->mesh->io);
   st->acceptor->async_accept(*s, [st, s](const boost::system::error_code& ec) {
-    if (ec || st->finished) return;
+    if (st->finished) return;
+    if (ec) {  // e.g. out of descriptors: keep accepting, but not in a busy loop
+      LogWarning("TCP transport: rank {} failed to accept a connection: {}", st->mesh->options.rank,
+                 ec.message());
+      auto timer = std::make_shared<asio::steady_timer>(st->mesh->io);
+      st->timers.push_back(timer);
+      timer->expires_after(std::chrono::milliseconds(50));
+      timer->async_wait([st, timer](const boost::system::error_code& e) {
+        if (!e && !st->finished) AcceptNext(st);
+      });
+      return;
+    }
     AcceptNext(st);
     st->pending.push_back(s);
-    auto hello = std::make_shared<std::array<uint8_t, kHelloBytes>>();
+    auto in = std::make_shared<Incoming>();
+    in->socket = s;
+    in->from = Endpoint(*s);
+    // The magic and version first: a stray is refused at once, not after 48 bytes.
     asio::async_read(
-        *s, asio::buffer(*hello), [st, s, hello](const boost::system::error_code& e, size_t) {
-          if (e || st->finished) return;
-          const MeshOptions& o = st->mesh->options;
-          boost::system::error_code ignored;
-          const auto from = s->remote_endpoint(ignored);
-          const uint8_t* b = hello->data();
-          const int rank = GetLe<int32_t>(b + 8);
-          std::string refuse;
-          if (GetLe<uint32_t>(b) != kHelloMagic || GetLe<uint32_t>(b + 4) != kProtocolVersion) {
-            refuse = "not a horovod_compat TCP hello";
-          } else if (GetLe<uint64_t>(b + 16) != o.job_token) {
-            refuse = "a different job token (a process of another job?)";
-          } else if (GetLe<int32_t>(b + 12) != o.size) {
-            refuse = fmt::format("world size {} (ours is {})", GetLe<int32_t>(b + 12), o.size);
-          } else if (rank < 0 || rank >= o.rank) {
-            refuse = fmt::format("rank {} (only ranks below {} connect to it)", rank, o.rank);
-          } else if (st->mesh->peers[rank].socket) {
-            refuse = fmt::format("rank {}, which is already connected", rank);
-          }
-          if (!refuse.empty()) {
-            LogWarning("TCP transport: rank {} refused a connection from {}:{}: {}", o.rank,
-                       from.address().to_string(), from.port(), refuse);
-            s->close(ignored);
-            return;
-          }
-          auto ack = std::make_shared<std::array<uint8_t, kAckBytes>>();
-          PutLe<uint32_t>(ack->data(), kAckMagic);
-          PutLe<uint32_t>(ack->data() + 4, kProtocolVersion);
-          PutLe<int32_t>(ack->data() + 8, o.rank);
-          PutLe<int32_t>(ack->data() + 12, 0);
-          asio::async_write(*s, asio::buffer(*ack),
-                            [st, s, ack, rank](const boost::system::error_code& e2, size_t) {
-                              if (e2 || st->finished || st->mesh->peers[rank].socket) return;
-                              if (st->mesh->peers[rank].address.empty()) {
-                                boost::system::error_code ig;
-                                st->mesh->peers[rank].address =
-                                    s->remote_endpoint(ig).address().to_string();
-                              }
-                              st->Adopt(rank, s);
-                            });
+        *s, asio::buffer(in->hello, kHelloPrefixBytes),
+        [st, in](const boost::system::error_code& e, size_t n) {
+          if (st->finished) return;
+          if (e) return Dropped(st.get(), *in->socket, in->from, "hello", e, n == 0);
+          const std::string why = CheckHelloPrefix(in->hello);
+          if (!why.empty()) return Refuse(st.get(), *in->socket, in->from, why);
+          asio::async_read(
+              *in->socket,
+              asio::buffer(in->hello + kHelloPrefixBytes, kHelloBytes - kHelloPrefixBytes),
+              [st, in](const boost::system::error_code& e2, size_t) {
+                if (st->finished) return;
+                if (e2) return Dropped(st.get(), *in->socket, in->from, "hello", e2);
+                const MeshOptions& o = st->mesh->options;
+                HelloCheck self;
+                self.rank = o.rank;
+                self.size = o.size;
+                self.job_token = o.job_token;
+                std::string why2 = CheckHello(in->hello, self, &in->rank);
+                if (why2.empty() && (st->mesh->peers[in->rank].socket || st->claimed[in->rank])) {
+                  why2 = fmt::format("rank {}, which is already connected", in->rank);
+                }
+                if (!why2.empty()) return Refuse(st.get(), *in->socket, in->from, why2);
+                in->nonce = RandomNonce();
+                EncodeChallenge(in->challenge, o.rank, in->nonce,
+                                AcceptorProof(o.secret_key, in->hello, in->nonce, o.rank));
+                asio::async_write(*in->socket, asio::buffer(in->challenge),
+                                  [st, in](const boost::system::error_code& e3, size_t) {
+                                    if (st->finished) return;
+                                    if (e3) {
+                                      return Dropped(st.get(), *in->socket, in->from, "challenge",
+                                                     e3);
+                                    }
+                                    AcceptProof(st, in);
+                                  });
+              });
         });
   });
 }
@@ -147,44 +245,96 @@ void Retry(std::shared_ptr<Setup> st, int q, tcp::resolver::results_type endpoin
   });
 }
 
+// Handshake state of one outgoing connection attempt (to rank q).
+struct Outgoing {
+  std::shared_ptr<Setup> st;
+  int q = 0;
+  tcp::resolver::results_type endpoints;
+  int backoff_ms = 10;
+  std::shared_ptr<tcp::socket> socket;
+  uint8_t hello[kHelloBytes] = {};
+  uint8_t challenge[kChallengeBytes] = {};
+  uint8_t proof[kProofBytes] = {};
+  uint8_t ack[kAckBytes] = {};
+
+  // Drops this attempt; a new one follows after the backoff.
+  void Fail(std::string why) {
+    boost::system::error_code ignored;
+    socket->close(ignored);
+    Retry(st, q, endpoints, backoff_ms, std::move(why));
+  }
+};
+
+void ReadAck(std::shared_ptr<Outgoing> out) {
+  asio::async_read(
+      *out->socket, asio::buffer(out->ack), [out](const boost::system::error_code& e, size_t) {
+        if (out->st->finished) return;
+        if (e) {
+          return out->Fail(e == asio::error::eof
+                               ? "it refused our proof of the job's secret (HOROVOD_SECRET_KEY "
+                                 "differs?) or already has a connection from this rank"
+                               : e.message());
+        }
+        const std::string why = CheckAck(out->ack, out->q);
+        if (!why.empty()) return out->Fail(why);
+        out->st->Adopt(out->q, out->socket);
+      });
+}
+
+void ReadChallenge(std::shared_ptr<Outgoing> out) {
+  asio::async_read(
+      *out->socket, asio::buffer(out->challenge),
+      [out](const boost::system::error_code& e, size_t) {
+        if (out->st->finished) return;
+        if (e) {
+          return out->Fail(e == asio::error::eof
+                               ? "it closed the connection after our hello (another job's "
+                                 "process on that port, or a different peer list?)"
+                               : e.message());
+        }
+        const MeshOptions& o = out->st->mesh->options;
+        const std::string why = CheckChallenge(out->challenge, o.secret_key, out->hello, out->q);
+        if (!why.empty()) {
+          out->st->Warn(fmt::format("to {} {}", out->q, why),
+                        fmt::format("TCP transport: rank {} refused the process at {} (where rank "
+                                    "{} should be): {}",
+                                    o.rank, Endpoint(*out->socket), out->q, why));
+          return out->Fail(why);
+        }
+        Nonce nonce;
+        std::memcpy(nonce.data(), out->challenge + 16, kNonceBytes);
+        EncodeProof(out->proof, ConnectorProof(o.secret_key, out->hello, nonce, out->q));
+        asio::async_write(*out->socket, asio::buffer(out->proof),
+                          [out](const boost::system::error_code& e2, size_t) {
+                            if (out->st->finished) return;
+                            if (e2) return out->Fail(e2.message());
+                            ReadAck(out);
+                          });
+      });
+}
+
 void ConnectTo(std::shared_ptr<Setup> st, int q, tcp::resolver::results_type endpoints,
                int backoff_ms) {
-  auto s = std::make_shared<tcp::socket>(st->mesh->io);
-  st->pending.push_back(s);
-  asio::async_connect(
-      *s, endpoints,
-      [st, q, s, endpoints, backoff_ms](const boost::system::error_code& ec, const tcp::endpoint&) {
-        if (st->finished) return;
-        if (ec) return Retry(st, q, endpoints, backoff_ms, ec.message());
-        auto buf = std::make_shared<std::array<uint8_t, kHelloBytes>>();
-        FillHello(buf->data(), st->mesh->options);
-        asio::async_write(
-            *s, asio::buffer(*buf),
-            [st, q, s, endpoints, backoff_ms, buf](const boost::system::error_code& e, size_t) {
-              if (st->finished) return;
-              if (e) return Retry(st, q, endpoints, backoff_ms, e.message());
-              asio::async_read(
-                  *s, asio::buffer(buf->data(), kAckBytes),
-                  [st, q, s, endpoints, backoff_ms, buf](const boost::system::error_code& e2,
-                                                         size_t) {
-                    if (st->finished) return;
-                    if (e2) {
-                      return Retry(st, q, endpoints, backoff_ms,
-                                   e2 == asio::error::eof
-                                       ? "it closed the connection after our hello (another "
-                                         "job's process on that port, or a wrong job token?)"
-                                       : e2.message());
-                    }
-                    const uint8_t* b = buf->data();
-                    if (GetLe<uint32_t>(b) != kAckMagic || GetLe<int32_t>(b + 8) != q) {
-                      return Retry(st, q, endpoints, backoff_ms,
-                                   "its answer was not a horovod_compat acknowledgement from "
-                                   "that rank");
-                    }
-                    st->Adopt(q, s);
-                  });
-            });
-      });
+  auto out = std::make_shared<Outgoing>();
+  out->st = st;
+  out->q = q;
+  out->endpoints = endpoints;
+  out->backoff_ms = backoff_ms;
+  out->socket = std::make_shared<tcp::socket>(st->mesh->io);
+  st->pending.push_back(out->socket);
+  asio::async_connect(*out->socket, endpoints,
+                      [out](const boost::system::error_code& ec, const tcp::endpoint&) {
+                        if (out->st->finished) return;
+                        if (ec) return out->Fail(ec.message());
+                        const MeshOptions& o = out->st->mesh->options;
+                        EncodeHello(out->hello, o.rank, o.size, o.job_token, RandomNonce());
+                        asio::async_write(*out->socket, asio::buffer(out->hello),
+                                          [out](const boost::system::error_code& e, size_t) {
+                                            if (out->st->finished) return;
+                                            if (e) return out->Fail(e.message());
+                                            ReadChallenge(out);
+                                          });
+                      });
 }
 
 // Static list: every address is known. Store: publish ours, then poll for the others'.
@@ -273,8 +423,12 @@ Status Mesh::Impl::Connect() {
                     ec.message()));
   }
   const int bound_port = acceptor.local_endpoint(ec).port();
+  // Listening on every interface (asked for): the others reach us at the store's local address.
+  std::string advertised =
+      address.is_unspecified() && o.store ? o.store->LocalAddress() : bind_host;
+  if (advertised.find(':') != std::string::npos) advertised = "[" + advertised + "]";
   HVDC_RETURN_IF_ERROR(
-      GatherAddresses(this, fmt::format("{}:{}", bind_host, bound_port), deadline));
+      GatherAddresses(this, fmt::format("{}:{}", advertised, bound_port), deadline));
   for (int q = 0; q < o.size; ++q) {
     int p = 0;
     HVDC_RETURN_IF_ERROR(
@@ -286,6 +440,7 @@ Status Mesh::Impl::Connect() {
   st->mesh = this;
   st->acceptor = &acceptor;
   st->last_error.assign(o.size, "");
+  st->claimed.assign(o.size, false);
   if (o.rank > 0) AcceptNext(st);
   tcp::resolver resolver(io);
   for (int q = o.rank + 1; q < o.size; ++q) {

@@ -141,6 +141,7 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
   options.peers = id.peers;
   options.bind_host = id.bind_host;
   options.job_token = id.job_token;
+  options.secret_key = id.secret_key;
   options.timeout = std::chrono::seconds(config.gloo_timeout_s);
   options.peer_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.peer_timeout_s * 1000.0));
@@ -148,6 +149,7 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
   if (id.peers.empty()) {
     HVDC_RETURN_IF_ERROR(tcp::HttpStore::Create(id.rendezvous_host, id.rendezvous_port, "global",
                                                 options.timeout, &store));
+    store->set_secret(id.secret_key);
     options.store = store.get();
     options.source = "rendezvous";
   }

@@ -4,6 +4,11 @@ The launcher starts the rendezvous service (rendezvous.py), spawns every rank it
 ranks as child processes, remote ranks through ssh or another remote shell) with Horovod's Gloo
 variables, prefixes each output line with ``[rank]<stdout>:`` / ``[rank]<stderr>:``, and when
 a rank exits non-zero terminates the others and exits with that rank's code (docs/tcp.md).
+
+Every job gets a fresh random secret (``HOROVOD_SECRET_KEY``): the rendezvous service serves only
+requests signed with it and the ranks' connections prove it to each other. Local ranks receive
+it in their environment, remote ranks on the first line of their standard input (never on a
+command line, where ``ps`` would show it); it is never printed.
 """
 
 import argparse
@@ -11,6 +16,7 @@ import fcntl
 import ipaddress
 import os
 import queue
+import secrets
 import shlex
 import signal
 import socket
@@ -22,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Dict, List, Optional, Sequence, Tuple
 
-from horovod_compat.runner.rendezvous import RendezvousServer
+from horovod_compat.runner.rendezvous import SECRET_ENV, RendezvousServer
 
 # Seconds a rank gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_SECONDS = 5.0
@@ -229,15 +235,18 @@ def remote_shell(args: argparse.Namespace) -> List[str]:
 
 
 def remote_command(host: str, env: Dict[str, str], command: Sequence[str], cwd: str,
-                   shell: Sequence[str]) -> List[str]:
+                   shell: Sequence[str], secret_on_stdin: bool = False) -> List[str]:
     """The local command line that runs ``command`` on ``host`` with ``env`` in ``cwd``.
 
     The remote shell keeps the rank in the background and ends it when the launcher's end of
     its standard input closes (the launcher exited or gave up on the job): without a terminal,
-    closing an ssh session does not stop the remote command."""
+    closing an ssh session does not stop the remote command. With ``secret_on_stdin``, the
+    first line of that input is the job's secret, exported as HOROVOD_SECRET_KEY."""
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     program = " ".join(shlex.quote(c) for c in command)
-    script = (f"cd {shlex.quote(cwd)} >/dev/null 2>&1; exec 3<&0; "
+    read_secret = (f"IFS= read -r {SECRET_ENV} || exit 1; export {SECRET_ENV}; "
+                   if secret_on_stdin else "")
+    script = (f"{read_secret}cd {shlex.quote(cwd)} >/dev/null 2>&1; exec 3<&0; "
               f"env {assignments} {program} </dev/null & p=$!; "
               f"(cat <&3 >/dev/null 2>&1; kill -TERM $p 2>/dev/null) & w=$!; "
               f"wait $p; s=$?; kill $w 2>/dev/null; exit $s")
@@ -319,11 +328,14 @@ class GlooJob:
 
     def __init__(self, slots: Sequence[Slot], commands: Sequence[List[str]],
                  envs: Sequence[Optional[Dict[str, str]]], remote: Sequence[bool],
-                 output_dir: Optional[str] = None) -> None:
+                 output_dir: Optional[str] = None,
+                 first_input: Optional[Sequence[Optional[bytes]]] = None) -> None:
         self.slots = list(slots)
         self.commands = list(commands)
         self.envs = list(envs)
         self.remote = list(remote)
+        # Written to a remote rank's standard input first (its secret line), if any.
+        self.first_input = list(first_input) if first_input else [None] * len(self.slots)
         self.output_dir = output_dir
         self.ranks: List[_Rank] = []
         self._exits: "queue.Queue[Tuple[int, int]]" = queue.Queue()
@@ -338,6 +350,13 @@ class GlooJob:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
         rank = _Rank(slot, proc, remote)
+        data = self.first_input[index]
+        if remote and data is not None and proc.stdin is not None:
+            try:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+            except OSError:
+                pass  # the remote shell already failed: its exit code says why
         for name, source, target in (("stdout", proc.stdout, sys.stdout),
                                      ("stderr", proc.stderr, sys.stderr)):
             log = None
@@ -434,31 +453,39 @@ def run_gloo(args: argparse.Namespace, command: List[str], runtime: Dict[str, st
     slots = allocate(hosts, args.np)
     locality = {h: is_local_host(h) for h in {s.hostname for s in slots}}
     bind = rendezvous_bind_address(slots, args.nics)
-    server = RendezvousServer()
+    # The job's secret: the rendezvous service and every connection between ranks check it.
+    secret = secrets.token_hex(32)
+    server = RendezvousServer(secret)
     rendezvous = server.start(bind, 0)
     try:
         shell = remote_shell(args)
         cwd = os.getcwd()
-        commands, envs, remote = [], [], []
+        commands, envs, remote, first_input = [], [], [], []
         for slot in slots:
             per_rank = rank_env(slot, rendezvous, args)
             if locality[slot.hostname]:
                 commands.append(list(command))
-                envs.append(local_env(dict(os.environ), runtime, never, per_rank))
+                env = local_env(dict(os.environ), runtime, never, per_rank)
+                env[SECRET_ENV] = secret  # after describe's view: never printed
+                envs.append(env)
                 remote.append(False)
+                first_input.append(None)
                 line = describe(slot, per_rank, command, True)
             else:
                 env = forwarded_env(dict(os.environ), runtime, forwarded, never, per_rank)
-                commands.append(remote_command(slot.hostname, env, command, cwd, shell))
+                env.pop(SECRET_ENV, None)  # sent on standard input instead
+                commands.append(remote_command(slot.hostname, env, command, cwd, shell,
+                                               secret_on_stdin=True))
                 envs.append(None)
                 remote.append(True)
+                first_input.append(secret.encode() + b"\n")
                 line = describe(slot, per_rank, commands[-1], False)
             if args.verbose:
                 print(line, flush=True)
         if args.verbose:
             print(f"horovodrun: rendezvous service on {rendezvous[0]}:{rendezvous[1]}",
                   flush=True)
-        job = GlooJob(slots, commands, envs, remote, args.output_filename)
+        job = GlooJob(slots, commands, envs, remote, args.output_filename, first_input)
 
         def forward(signum: int, _frame: object) -> None:
             job.forward(signum)

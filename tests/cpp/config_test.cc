@@ -93,6 +93,7 @@ TEST(ConfigTest, EveryVariableValid) {
                       {"HOROVOD_HIERARCHICAL_ALLGATHER", "true"},
                       {"HOROVOD_TORUS_ALLREDUCE", "yes"},
                       {"HOROVOD_MPI_THREADS_DISABLE", "1"},
+                      {"HOROVOD_MPI_LIVENESS", "0"},
                       {"HOROVOD_NUM_NCCL_STREAMS", "4"},
                       {"HOROVOD_LOG_LEVEL", "DEBUG"},
                       {"HOROVOD_LOG_HIDE_TIME", "1"},
@@ -224,6 +225,15 @@ TEST(ConfigTest, EveryNumberVariableRejectsGarbageNegativeAndNonFinite) {
   EXPECT_EQ(ParseOk({{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0"}}).stall_shutdown_time_s, 0.0);
 }
 
+// The MPI liveness side channel is the one boolean that defaults to on.
+TEST(ConfigTest, MpiLivenessDefaultsOn) {
+  EXPECT_TRUE(ParseOk({}).mpi_liveness);
+  EXPECT_FALSE(ParseOk({{"HOROVOD_MPI_LIVENESS", "0"}}).mpi_liveness);
+  const std::string msg = ParseFails("HOROVOD_MPI_LIVENESS", "sometimes");
+  EXPECT_NE(msg.find("HOROVOD_MPI_LIVENESS"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is not a valid boolean"), std::string::npos) << msg;
+}
+
 TEST(ConfigTest, EveryBooleanVariable) {
   const std::vector<std::pair<const char*, bool Config::*>> vars = {
       {"HOROVOD_TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles},
@@ -233,6 +243,7 @@ TEST(ConfigTest, EveryBooleanVariable) {
       {"HOROVOD_HIERARCHICAL_ALLGATHER", &Config::hierarchical_allgather},
       {"HOROVOD_TORUS_ALLREDUCE", &Config::torus_allreduce},
       {"HOROVOD_MPI_THREADS_DISABLE", &Config::mpi_threads_disable},
+      {"HOROVOD_MPI_LIVENESS", &Config::mpi_liveness},
       {"HOROVOD_LOG_HIDE_TIME", &Config::log_hide_time},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", &Config::dynamic_process_sets},
       {"HOROVOD_DISABLE_GROUP_FUSION", &Config::disable_group_fusion},
@@ -421,6 +432,7 @@ TEST(ConfigTest, DescribeListsEveryVariable) {
                           "HOROVOD_HIERARCHICAL_ALLGATHER",
                           "HOROVOD_TORUS_ALLREDUCE",
                           "HOROVOD_MPI_THREADS_DISABLE",
+                          "HOROVOD_MPI_LIVENESS",
                           "HOROVOD_NUM_NCCL_STREAMS",
                           "HOROVOD_LOG_LEVEL",
                           "HOROVOD_LOG_HIDE_TIME",

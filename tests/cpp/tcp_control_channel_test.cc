@@ -256,3 +256,58 @@ TEST(TcpTransport, TopologyFromHosts) {
 
 }  // namespace
 }  // namespace hvdc
+
+namespace hvdc {
+namespace {
+
+// Where a rank of a static peer list listens, and what reaches the mesh from the config.
+TEST(TcpTransport, IdentityBindAddressSecretAndToken) {
+  Config c;
+  c.tcp_peers = "127.0.0.1:4001,127.0.0.1:4002";
+  c.gloo.rank = 1;
+  c.secret_key = "s";
+  tcp::Identity id;
+  ASSERT_TRUE(tcp::IdentityFromConfig(c, &id).ok());
+  EXPECT_EQ(id.bind_host, "127.0.0.1");  // its own entry, an address of this machine
+  EXPECT_EQ(id.secret_key, "s");
+  const uint64_t token = id.job_token;
+  Config other = c;
+  other.tcp_peers = "127.0.0.1:4001,127.0.0.1:4003";  // another cluster spec: another token
+  ASSERT_TRUE(tcp::IdentityFromConfig(other, &id).ok());
+  EXPECT_NE(id.job_token, token);
+  other.tcp_peers = c.tcp_peers;
+  other.gloo.rank = 0;  // the same spec seen by another rank: the same token
+  ASSERT_TRUE(tcp::IdentityFromConfig(other, &id).ok());
+  EXPECT_EQ(id.job_token, token);
+
+  Config named = c;
+  named.tcp_peers = "localhost:4001,localhost:4002";
+  ASSERT_TRUE(tcp::IdentityFromConfig(named, &id).ok());
+  EXPECT_TRUE(id.bind_host == "127.0.0.1" || id.bind_host == "::1") << id.bind_host;
+
+  // Not this machine's (TEST-NET-3, RFC 5737), or not resolvable: every interface, with a reason.
+  std::string note;
+  EXPECT_EQ(tcp::StaticBindAddress("203.0.113.7", &note), "");
+  EXPECT_NE(note.find("not an address of this machine"), std::string::npos) << note;
+  note.clear();
+  EXPECT_EQ(tcp::StaticBindAddress("no-such-host.invalid", &note), "");
+  EXPECT_NE(note.find("does not resolve"), std::string::npos) << note;
+  EXPECT_TRUE(tcp::IsLocalAddress("127.0.0.1"));
+  EXPECT_FALSE(tcp::IsLocalAddress("203.0.113.7"));
+
+  Config all = c;
+  all.tcp_bind_address = "0.0.0.0";  // asked for: every interface
+  ASSERT_TRUE(tcp::IdentityFromConfig(all, &id).ok());
+  EXPECT_EQ(id.bind_host, "0.0.0.0");
+  all.tcp_bind_address = "eth0";
+  Status s = tcp::IdentityFromConfig(all, &id);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("HVDC_TCP_BIND_ADDRESS='eth0'"), std::string::npos) << s.message();
+  Config iface = all;
+  iface.gloo_iface = "lo";  // the interface wins
+  ASSERT_TRUE(tcp::IdentityFromConfig(iface, &id).ok());
+  EXPECT_EQ(id.bind_host, "127.0.0.1");
+}
+
+}  // namespace
+}  // namespace hvdc

@@ -3,7 +3,8 @@
 
     tcp_launch.py --np 3 [--timeout 240] [--rendezvous] [--env NAME=VALUE ...] BINARY [ARGS...]
 
-Every rank gets HVDC_TCP_PEERS (free loopback ports), HOROVOD_RANK and HOROVOD_SIZE; with
+Every rank gets HVDC_TCP_PEERS (free loopback ports), HOROVOD_RANK, HOROVOD_SIZE and a random
+HOROVOD_SECRET_KEY (the service gets it too); with
 --rendezvous, the launcher's rendezvous service (horovod_compat.runner.rendezvous, from this source
 tree) is started instead and the ranks get HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT. Output lines
 are prefixed with the rank. When any rank fails (or the timeout passes) the others are ended and
@@ -11,6 +12,7 @@ the launcher exits non-zero. A test utility for ctest, not the user-facing launc
 """
 import argparse
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -47,9 +49,11 @@ def main():
     if not args.command:
         parser.error("no command")
     service = None
+    # A job secret, as horovodrun --gloo makes one: the service and the mesh check it.
+    secret = secrets.token_hex(16)
     if args.rendezvous:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, PYTHONPATH=root)
+        env = dict(os.environ, PYTHONPATH=root, HOROVOD_SECRET_KEY=secret)
         service = subprocess.Popen(
             [sys.executable, "-m", "horovod_compat.runner.rendezvous", "--host", "127.0.0.1"],
             env=env, stdout=subprocess.PIPE)
@@ -67,7 +71,8 @@ def main():
         for item in args.env:
             name, _, value = item.partition("=")
             env[name] = value
-        env.update(identity, HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(args.np))
+        env.update(identity, HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(args.np),
+                   HOROVOD_SECRET_KEY=secret)
         p = subprocess.Popen(args.command, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT)
         procs.append(p)

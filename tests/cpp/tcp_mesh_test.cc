@@ -211,6 +211,53 @@ TEST(TcpMesh, WrongJobTokenIsRefused) {
   EXPECT_NE(status[1].message().find("rank 0"), std::string::npos) << status[1].message();
 }
 
+TEST(TcpMesh, WrongSecretIsRefusedBothWays) {
+  tcp::InMemoryStore store;
+  std::vector<Status> status(2);
+  RunRanks(2, [&](int r) {
+    auto o = tcp_test::StoreOptions(&store, r, 2, std::chrono::milliseconds(1000));
+    o.secret_key = r == 0 ? "the job's secret" : "another secret";
+    std::shared_ptr<Mesh> mesh;
+    status[r] = Mesh::Create(o, &mesh);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(status[r].code(), StatusCode::kUnknownError);
+    EXPECT_NE(status[r].message().find(r == 0 ? "rank 1 at" : "rank 0"), std::string::npos)
+        << status[r].message();
+    EXPECT_EQ(status[r].message().find("secret\""), std::string::npos);  // never shown
+  }
+  EXPECT_NE(status[0].message().find("HOROVOD_SECRET_KEY"), std::string::npos)
+      << status[0].message();
+}
+
+// Asked to listen on every interface, a rank still publishes an address the others can reach
+// (the store's local address); after set-up nothing listens any more.
+TEST(TcpMesh, BindAllPublishesTheStoreAddressAndStopsListeningAfterSetUp) {
+  tcp::InMemoryStore store;
+  const int n = 3;
+  std::vector<std::shared_ptr<Mesh>> meshes(n);
+  RunRanks(n, [&](int r) {
+    auto o = tcp_test::StoreOptions(&store, r, n);
+    o.bind_host = "0.0.0.0";
+    Status s = Mesh::Create(o, &meshes[r]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  });
+  ExchangeAll(meshes);
+  std::string published;
+  bool found = false;
+  ASSERT_TRUE(store.Get("rank_2", &published, &found).ok());
+  ASSERT_TRUE(found);
+  EXPECT_EQ(published.rfind("127.0.0.1:", 0), 0u) << published;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket probe(io);
+  boost::system::error_code ec;
+  probe.connect(boost::asio::ip::tcp::endpoint(
+                    boost::asio::ip::make_address("127.0.0.1"),
+                    static_cast<uint16_t>(std::stoi(published.substr(published.find(':') + 1)))),
+                ec);
+  EXPECT_EQ(ec, boost::asio::error::connection_refused) << ec.message();
+}
+
 TEST(TcpMesh, OversizedSendIsRefusedAtTheSender) {
   auto meshes = tcp_test::MakeMeshes(2);
   std::string big;  // never read: the size check comes first
@@ -236,19 +283,8 @@ void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string&
       s.connect(to, ec);
       if (ec) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } while (ec);
-    uint8_t hello[32] = {};
-    const uint32_t magic = 0x48445648, version = 1;
-    const int32_t rank = 0, size = 2;
-    const uint64_t token = 77;
-    std::memcpy(hello, &magic, 4);
-    std::memcpy(hello + 4, &version, 4);
-    std::memcpy(hello + 8, &rank, 4);
-    std::memcpy(hello + 12, &size, 4);
-    std::memcpy(hello + 16, &token, 8);
-    boost::asio::write(s, boost::asio::buffer(hello), ec);
-    uint8_t ack[16];
-    boost::asio::read(s, boost::asio::buffer(ack), ec);
-    ASSERT_FALSE(ec) << ec.message();
+    const std::string refused = tcp_test::ConnectorHandshake(s, 0, 2, 77, "job secret", 1);
+    ASSERT_EQ(refused, "");
     boost::asio::write(s, boost::asio::buffer(frame), ec);
     s.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ec);  // nothing more comes
     char sink[16];
@@ -259,6 +295,7 @@ void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string&
   o.size = 2;
   o.peers = peers;
   o.job_token = 77;
+  o.secret_key = "job secret";
   o.timeout = std::chrono::seconds(60);
   Status s = Mesh::Create(o, &mesh);
   ASSERT_TRUE(s.ok()) << s.ToString();

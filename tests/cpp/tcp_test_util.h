@@ -6,6 +6,7 @@
 
 #include <boost/asio.hpp>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "tcp_controller/tcp_mesh.h"
 #include "tcp_controller/tcp_store.h"
+#include "tcp_controller/tcp_wire.h"
 
 namespace hvdc {
 namespace tcp_test {
@@ -39,6 +41,28 @@ inline std::vector<std::string> FreeLoopbackPeers(int size) {
   return peers;
 }
 
+// Plays the connecting side of the handshake (tcp_wire.h) over `s` as rank `rank` towards rank
+// `acceptor`; "" when accepted, else what went wrong.
+inline std::string ConnectorHandshake(boost::asio::ip::tcp::socket& s, int rank, int size,
+                                      uint64_t token, const std::string& key, int acceptor) {
+  boost::system::error_code ec;
+  uint8_t hello[tcp::kHelloBytes], challenge[tcp::kChallengeBytes], proof[tcp::kProofBytes],
+      ack[tcp::kAckBytes];
+  tcp::EncodeHello(hello, rank, size, token, tcp::RandomNonce());
+  boost::asio::write(s, boost::asio::buffer(hello), ec);
+  if (!ec) boost::asio::read(s, boost::asio::buffer(challenge), ec);
+  if (ec) return "hello: " + ec.message();
+  std::string why = tcp::CheckChallenge(challenge, key, hello, acceptor);
+  if (!why.empty()) return why;
+  tcp::Nonce nonce;
+  std::memcpy(nonce.data(), challenge + 16, tcp::kNonceBytes);
+  tcp::EncodeProof(proof, tcp::ConnectorProof(key, hello, nonce, acceptor));
+  boost::asio::write(s, boost::asio::buffer(proof), ec);
+  if (!ec) boost::asio::read(s, boost::asio::buffer(ack), ec);
+  if (ec) return "proof: " + ec.message();
+  return tcp::CheckAck(ack, acceptor);
+}
+
 inline tcp::MeshOptions StoreOptions(tcp::Store* store, int rank, int size,
                                      std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   tcp::MeshOptions o;
@@ -46,6 +70,7 @@ inline tcp::MeshOptions StoreOptions(tcp::Store* store, int rank, int size,
   o.size = size;
   o.store = store;
   o.job_token = 0x1234;
+  o.secret_key = "test secret";
   o.timeout = timeout;
   return o;
 }

@@ -143,6 +143,23 @@ def test_remote_command_carries_env_cwd_and_code(tmp_path):
     assert json.loads(out) == {"cwd": str(tmp_path), "env": env}
 
 
+def test_remote_command_reads_the_secret_from_its_input(tmp_path):
+    code = "import os; print(os.environ['HOROVOD_SECRET_KEY'], os.environ['A'])"
+    cmd = gloo_launch.remote_command("h1", {"A": "1"}, [sys.executable, "-c", code],
+                                     str(tmp_path), ["rsh"], secret_on_stdin=True)
+    assert "s3cr3t" not in " ".join(cmd)
+    proc = subprocess.Popen(["env", "-i", "sh", "-c", cmd[2]], stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write("s3cr3t\n")
+        proc.stdin.flush()
+        out = proc.stdout.readline()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.stdin.close()
+    assert out == "s3cr3t 1\n"
+
+
 def test_remote_rank_ends_when_its_input_closes(tmp_path):
     cmd = gloo_launch.remote_command("h1", {}, ["sleep", "60"], str(tmp_path), ["rsh"])
     result = subprocess.run(["sh", "-c", cmd[2]], stdin=subprocess.DEVNULL, timeout=30)
@@ -292,8 +309,14 @@ def _wait_for_reports(tmp_path, np, launcher, seconds=60):
     return _reports(tmp_path, np)
 
 
-def _check_identity(reports, hosts, np, fusion="12345"):
+def _check_identity(reports, hosts, np, fusion="12345", output=""):
     expected = gloo_launch.allocate(hosts, np)
+    # One fresh secret per job, the same for every rank (local or remote), never printed.
+    keys = {rep["env"].get("HOROVOD_SECRET_KEY") for rep in reports.values()}
+    assert len(keys) == 1
+    key = keys.pop()
+    assert key is not None and len(key) == 64 and int(key, 16) >= 0
+    assert key not in output
     ports = {rep["env"]["HOROVOD_GLOO_RENDEZVOUS_PORT"] for rep in reports.values()}
     assert len(ports) == 1 and int(ports.pop()) > 0
     for slot in expected:
@@ -325,7 +348,7 @@ def test_job_ranks_get_their_identity(tmp_path, np, hosts):
     assert launcher.returncode == 0, (out, err)
     host_list = launch.parse_hosts(hosts) if hosts else [("localhost", np)]
     reports = _reports(tmp_path, np)
-    _check_identity(reports, host_list, np)
+    _check_identity(reports, host_list, np, output=out + err)
     for r in range(np):
         assert reports[r]["env"]["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "17"
         assert reports[r]["env"]["HOROVOD_CYCLE_TIME"] == "4.0"
@@ -408,7 +431,9 @@ def test_remote_ranks_through_a_remote_shell(tmp_path):
     out, err = launcher.communicate(timeout=90)
     assert launcher.returncode == 0, (out, err)
     reports = _reports(tmp_path, 3)
-    _check_identity(reports, hosts, 3)
+    _check_identity(reports, hosts, 3, output=out + err)
+    # Remote ranks get the secret on their standard input, never on the remote command line.
+    assert reports[0]["env"]["HOROVOD_SECRET_KEY"] not in log.read_text()
     for r in range(3):
         env = reports[r]["env"]
         assert env["HOROVOD_GLOO_IFACE"] == "lo"

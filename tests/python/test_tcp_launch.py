@@ -236,3 +236,84 @@ def test_horovodrun_gloo_on_two_netns_hosts(tmp_path):
                          f"{_netns_cluster()} rsh")
     assert result.returncode == 0, result.stdout[-8000:]
     _check(_read_reports(tmp_path, 4), _expected(4, gloo_launch.allocate(hosts, 4)))
+
+
+# -- only the job gets in ----------------------------------------------------------------------
+
+_INIT_ONLY = """
+    import sys
+    from horovod_compat.common.basics import HorovodBasics
+    try:
+        HorovodBasics().init()
+    except ValueError as error:
+        print("INIT FAILED:", error, flush=True)
+        sys.exit(4)
+    print("INIT OK", flush=True)
+"""
+
+
+def _init_process(env_extra):
+    env = _env()
+    env.update(env_extra)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(_INIT_ONLY)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("key", [None, "not the job's secret"])
+def test_rendezvous_refuses_a_rank_without_the_jobs_secret(capfd, key):
+    """The core signs its rendezvous requests with HOROVOD_SECRET_KEY; the launcher's service
+    (with the job's secret) refuses a rank without it, or with another, and init() says why."""
+    from horovod_compat.runner.rendezvous import RendezvousServer
+    service = RendezvousServer("the job's secret")
+    host, port = service.start("127.0.0.1", 0)
+    try:
+        extra = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+                 "HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo",
+                 "HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}
+        if key is not None:
+            extra["HOROVOD_SECRET_KEY"] = key
+        proc = _init_process(extra)
+        out, _ = proc.communicate(timeout=100)
+        assert proc.returncode == 4, out
+        assert "was refused (HTTP 403)" in out, out
+        assert ("is not set" if key is None else "a different one") in out, out
+        assert service.store.keys("global") == []
+        assert "refused PUT /global/rank_0 from 127.0.0.1 (403)" in capfd.readouterr().err
+    finally:
+        service.stop()
+
+
+@pytest.mark.timeout(120)
+def test_signed_rank_registers_with_the_service():
+    """The right secret: the C++ signature is what the Python service computes."""
+    from horovod_compat.runner.rendezvous import RendezvousServer
+    service = RendezvousServer("the job's secret")
+    host, port = service.start("127.0.0.1", 0)
+    try:
+        proc = _init_process({
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+            "HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": "2", "HOROVOD_SECRET_KEY": "the job's secret"})
+        out, _ = proc.communicate(timeout=100)
+        # Registered, then timed out waiting for rank 1 (never started).
+        assert service.store.get("global", "rank_0").startswith(b"127.0.0.1:"), out
+        assert proc.returncode == 4 and "for ranks [1] to register" in out, out
+    finally:
+        service.stop()
+
+
+@pytest.mark.timeout(120)
+def test_peers_with_different_secrets_never_connect():
+    peers = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    procs = [_init_process({"HVDC_TCP_PEERS": peers, "HOROVOD_RANK": str(r),
+                            "HOROVOD_CONTROLLER": "gloo", "HOROVOD_GLOO_TIMEOUT_SECONDS": "3",
+                            "HOROVOD_SECRET_KEY": f"secret {r}"}) for r in range(2)]
+    outs = [p.communicate(timeout=100)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 4, out
+        assert "could not connect to every rank" in out, out
+        assert f"secret {r}" not in out and f"secret {1 - r}" not in out
+    # The connecting rank says why; the refusing one logged it.
+    assert "it does not know the job's secret" in outs[0], outs[0]
+    assert "instead of proving the job's secret" in outs[1], outs[1]
