@@ -186,6 +186,10 @@ class HorovodBasics:
         """ROCm is never built."""
         return False
 
+    def sycl_built(self) -> bool:
+        """SYCL (Intel GPUs) is never built."""
+        return False
+
     # -- process sets (used by horovod_compat.common.process_sets) ----------------------------
 
     def _process_set_error(self, process_set_id: int, code: int) -> ValueError:

@@ -80,6 +80,11 @@ def ccl_built(verbose: bool = False) -> bool:
     return False
 
 
+def sycl_built(verbose: bool = False) -> bool:
+    """Whether the runtime was compiled with SYCL for Intel GPUs (never)."""
+    return False
+
+
 _GPU_AVAILABLE: Dict[str, bool] = {}
 
 

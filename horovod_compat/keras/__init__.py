@@ -11,7 +11,8 @@ from horovod_compat.tensorflow import (Adasum, Average, Compression, Sum,  # noq
                                        ddl_built, global_process_set, gloo_built, gloo_enabled,
                                        init, is_initialized, local_rank, local_size, mpi_built,
                                        mpi_enabled, mpi_threads_supported, nccl_built, rank,
-                                       rocm_built, shutdown, size, start_timeline, stop_timeline)
+                                       rocm_built, shutdown, size, start_timeline, stop_timeline,
+                                       sycl_built)
 from horovod_compat import _keras
 from horovod_compat import tensorflow as _hvd
 from horovod_compat.tensorflow.keras import (allgather, broadcast,  # noqa: F401

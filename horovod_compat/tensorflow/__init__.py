@@ -23,7 +23,8 @@ from horovod_compat.tensorflow.mpi_ops import (  # noqa: F401
     handle_average_backwards_compatibility, init, is_homogeneous, is_initialized, join,
     local_rank, local_rank_op, local_size, local_size_op, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, process_set_included_op, rank, rank_op,
-    remove_process_set, rocm_built, shutdown, size, size_op, start_timeline, stop_timeline)
+    remove_process_set, rocm_built, shutdown, size, size_op, start_timeline, stop_timeline,
+    sycl_built)
 from horovod_compat.tensorflow.reductions import (allreduce, grouped_allreduce,  # noqa: F401
                                                   grouped_reducescatter, reducescatter)
 from horovod_compat.tensorflow.compression import Compression  # noqa: F401

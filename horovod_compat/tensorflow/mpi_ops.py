@@ -76,6 +76,7 @@ ddl_built = _basics.ddl_built
 ccl_built = _basics.ccl_built
 cuda_built = _basics.cuda_built
 rocm_built = _basics.rocm_built
+sycl_built = _basics.sycl_built
 
 Average = _basics.Average
 Sum = _basics.Sum

@@ -51,6 +51,11 @@ def test_constants_and_capabilities():
     assert hvd.mpi_built() is True
     assert isinstance(hvd.nccl_built(), int)
     assert hvd.ddl_built() is False and hvd.ccl_built() is False
+    import horovod_compat.keras as hk
+    import horovod_compat.tensorflow.keras as hvdk
+    from horovod_compat.common import util as common_util
+    assert hvd.sycl_built() is False and hvdk.sycl_built() is False
+    assert hk.sycl_built() is False and common_util.sycl_built() is False
     # The TCP transport answers for Gloo once the core reports it (issue 11).
     from horovod_compat import _core
     from horovod_compat.common import util

@@ -14,7 +14,7 @@ from horovod_compat.tensorflow import (Average, Compression, ProcessSet,  # noqa
                                        is_initialized, local_rank, local_size, mpi_built,
                                        mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                        remove_process_set, rocm_built, shutdown, size,
-                                       start_timeline, stop_timeline)
+                                       start_timeline, stop_timeline, sycl_built)
 from horovod_compat import tensorflow as _hvd
 from horovod_compat import _keras
 from horovod_compat.tensorflow.keras import callbacks, elastic  # noqa: F401

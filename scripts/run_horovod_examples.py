@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""Runs Horovod 0.28.1's TensorFlow examples at np=2 on horovod_compat (issue 14 item 5).
+
+Horovod's example files are not part of this repository: point HVDC_HOROVOD_EXAMPLES (or
+--examples) at a folder holding them (the files of Horovod's examples/tensorflow2/ and
+examples/tensorflow/, flat). For each example that API.md section 5 does not mark dead, and for
+each Keras it can run on (Keras 3; tf_keras via TF_USE_LEGACY_KERAS=1), this script
+
+1. copies the file into a scratch folder, applying the listed text substitutions of EXAMPLES
+   (the "example-fix" edits of API.md section 5, plus step-count cuts so a run takes seconds);
+   a substitution whose text is missing is an error, so a different upstream file is noticed;
+2. runs it with ``mpirun -np 2 --timeout T python scripts/run_horovod_examples.py --exec
+   example.py args...``: the --exec mode serves ``mnist.load_data`` (Keras 3's, tf_keras's and
+   ``tf.keras``'s) from local Fashion-MNIST IDX files, makes every download attempt an error, then
+   runs the example under the ``horovod`` import alias (horovod_compat.alias);
+3. prints a matrix: example x Keras -> pass/fail, edits applied, seconds.
+
+docs/horovod_examples.md has the matrix and what each example needs.
+"""
+
+import argparse
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+KERAS3 = "keras3"
+TF_KERAS = "tf_keras"
+KERASES = (KERAS3, TF_KERAS)
+
+
+class Edit(NamedTuple):
+    """One text substitution: `old` (must occur) -> `new`, on the Kerases listed in `on`."""
+    kind: str            # "example-fix" (API.md section 5), "steps" (shorter run) or "data"
+    why: str
+    old: str
+    new: str
+    on: Tuple[str, ...] = KERASES
+
+
+class Example(NamedTuple):
+    args: Tuple[str, ...] = ()
+    edits: Tuple[Edit, ...] = ()
+    kerases: Tuple[str, ...] = KERASES
+    skip: Optional[str] = None      # reason the example is not run
+
+
+_OPT_VARIABLES = Edit("example-fix", "Keras 3 optimizer.variables is a list, not a method",
+                      "opt.variables()", "opt.variables", (KERAS3,))
+_RUN_TF_FUNCTION = Edit("example-fix", "Keras 3 compile() takes no experimental_run_tf_function",
+                        ",\n{indent}experimental_run_tf_function=False)", ")", (KERAS3,))
+_SYNTHETIC_ARGS = ("--num-iters", "2", "--num-batches-per-iter", "1", "--batch-size", "4")
+
+EXAMPLES: Dict[str, Example] = {
+    "tensorflow2_mnist.py": Example(edits=(
+        _OPT_VARIABLES,
+        Edit("steps", "10000 // size steps of batch 128 -> 8 // size",
+             "dataset.take(10000 // hvd.size())", "dataset.take(8 // hvd.size())"),
+    )),
+    "tensorflow2_synthetic_benchmark.py": Example(
+        args=("--num-warmup-batches", "1") + _SYNTHETIC_ARGS,
+        edits=(_OPT_VARIABLES,)),
+    "tensorflow2_keras_mnist.py": Example(edits=(
+        Edit("example-fix", "tf_keras's tf.keras module has no __version__",
+             "tf.keras.__version__", "__import__('tf_keras').__version__", (TF_KERAS,)),
+        Edit("example-fix", "keras.optimizers.legacy does not exist in Keras 3",
+             "from tensorflow.keras.optimizers import legacy as optimizers",
+             "from tensorflow.keras import optimizers", (KERAS3,)),
+        _RUN_TF_FUNCTION._replace(old=_RUN_TF_FUNCTION.old.format(indent=" " * 24)),
+        Edit("steps", "24 epochs of 500 // size steps -> 2 epochs of 8 // size",
+             "steps_per_epoch=500 // hvd.size(), callbacks=callbacks, epochs=24",
+             "steps_per_epoch=8 // hvd.size(), callbacks=callbacks, epochs=2"),
+    )),
+    "tensorflow2_keras_synthetic_benchmark.py": Example(
+        args=_SYNTHETIC_ARGS,
+        edits=(_RUN_TF_FUNCTION._replace(old=_RUN_TF_FUNCTION.old.format(indent=" " * 14)),)),
+}
+
+_DATA_SERVICE = ("needs horovod.tensorflow.data (tf.data service compute job), not provided; "
+                 "API.md section 5: out of scope for a first release")
+for _name in ("tensorflow2_mnist_data_service.py",
+              "tensorflow2_mnist_data_service_train_fn_compute_side_dispatcher.py",
+              "tensorflow2_mnist_data_service_train_fn_training_side_dispatcher.py"):
+    EXAMPLES[_name] = Example(skip=_DATA_SERVICE)
+EXAMPLES["tensorflow_word2vec.py"] = Example(kerases=(KERAS3,), edits=(   # uses no Keras
+    Edit("example-fix", "TF1 graph API: run on tf.compat.v1 with eager execution off",
+         "import tensorflow as tf\n",
+         "import tensorflow.compat.v1 as tf\ntf.disable_eager_execution()\n"),
+    Edit("data", "the local text8 stand-in has ~2100 distinct words (text8: ~250000): "
+                 "vocabulary 50000 -> 1000, else the nearest-word printout indexes past it",
+         "vocabulary_size = 50000", "vocabulary_size = 1000"),
+    Edit("steps", "100000 // size + 1 steps -> 20 // size + 1",
+         "num_steps = 100000 // hvd.size() + 1", "num_steps = 20 // hvd.size() + 1"),
+))
+
+# API.md section 5 marks these dead (TF1-only APIs: tf.Session, tf.estimator, tf.layers, ...).
+DEAD = ("tensorflow_mnist.py", "tensorflow_mnist_eager.py", "tensorflow_mnist_estimator.py",
+        "tensorflow_synthetic_benchmark.py", "tensorflow_keras_mnist.py")
+
+
+def apply_edits(text: str, edits: Sequence[Edit], keras: str) -> Tuple[str, List[Edit]]:
+    """Returns (text with the edits for `keras` applied, the edits applied)."""
+    applied = []
+    for edit in edits:
+        if keras not in edit.on:
+            continue
+        if edit.old not in text:
+            raise ValueError(f"substitution not applicable, text not found: {edit.old!r} "
+                             f"({edit.why})")
+        text = text.replace(edit.old, edit.new)
+        applied.append(edit)
+    return text, applied
+
+
+# ---- the --exec side: runs inside each rank -------------------------------------------------
+
+def _read_idx(path: str):
+    import numpy as np
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def fashion_mnist_load_data(path: str = "mnist.npz"):
+    """Stands in for mnist.load_data: Fashion-MNIST's uint8 arrays in MNIST's shapes (the `path`
+    argument, a cache file name, is ignored). HVDC_EXAMPLES_DATA_DIR overrides the folder;
+    HVDC_EXAMPLES_MNIST_LIMIT keeps only the first N training images."""
+    del path
+    data_dir = os.environ.get("HVDC_EXAMPLES_DATA_DIR", FASHION_MNIST_DIR)
+    out = []
+    for prefix in ("train", "t10k"):
+        x = _read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"))
+        y = _read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"))
+        out.append((x, y))
+    limit = int(os.environ.get("HVDC_EXAMPLES_MNIST_LIMIT", "0"))
+    if limit > 0:
+        out[0] = (out[0][0][:limit], out[0][1][:limit])
+    return tuple(out)
+
+
+def _blocked_download(*args, **kwargs):
+    raise RuntimeError(f"run_horovod_examples: download blocked (nothing may download): {args!r}")
+
+
+TEXT8_URL = "http://mattmahoney.net/dc/text8.zip"
+TEXT8_BYTES = 31344016            # the size tensorflow_word2vec.py checks
+TEXT_DIR = "/usr/share/common-licenses"
+
+
+def local_text8(filename: str, corpus_dir: str = TEXT_DIR) -> None:
+    """Writes a stand-in for text8.zip: the English text of corpus_dir's files, lower-cased,
+    letters only (text8's form), in a zip member 'text8', padded in front to text8.zip's size
+    (a zip is read from its end, so leading bytes do not disturb zipfile)."""
+    import io
+    import re
+    import zipfile
+    words = []
+    for name in sorted(os.listdir(corpus_dir)):
+        path = os.path.join(corpus_dir, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            with open(path, errors="replace") as f:
+                words += re.findall(r"[a-z]+", f.read().lower())
+    if len(words) < 1000:
+        raise RuntimeError(f"local_text8: too little text in {corpus_dir}")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("text8", " " + " ".join(words))
+    payload = buffer.getvalue()
+    if len(payload) > TEXT8_BYTES:
+        raise RuntimeError("local_text8: corpus larger than text8.zip")
+    with open(filename, "wb") as f:
+        f.write(b"\0" * (TEXT8_BYTES - len(payload)) + payload)
+
+
+def _local_urlretrieve(url, filename=None, *args, **kwargs):
+    if url == TEXT8_URL and filename:
+        local_text8(filename)
+        return filename, None
+    return _blocked_download(url, filename)
+
+
+def install_redirects(module_names: Sequence[str] = ()) -> List[str]:
+    """Points every mnist.load_data the example can reach at fashion_mnist_load_data and makes
+    urllib downloads fail. Returns the module names patched."""
+    import importlib
+    import urllib.request
+    urllib.request.urlopen = _blocked_download
+    urllib.request.urlretrieve = _local_urlretrieve
+    names = list(module_names) or ["keras.src.datasets.mnist", "keras.datasets.mnist",
+                                   "tf_keras.src.datasets.mnist", "tf_keras.datasets.mnist"]
+    patched = []
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        module.load_data = fashion_mnist_load_data
+        patched.append(name)
+    if not module_names:
+        import tensorflow as tf
+        tf.keras.datasets.mnist.load_data = fashion_mnist_load_data   # Keras 3 or tf_keras
+        patched.append("tf.keras.datasets.mnist")
+    return patched
+
+
+def exec_example(argv: Sequence[str]) -> None:
+    patched = install_redirects()
+    if os.environ.get("OMPI_COMM_WORLD_RANK", "0") == "0":
+        sys.stderr.write(f"run_horovod_examples: mnist.load_data served from Fashion-MNIST in "
+                         f"{', '.join(patched)}; text8.zip from {TEXT_DIR}; other downloads "
+                         f"blocked\n")
+    from horovod_compat import alias
+    alias.main(list(argv))
+
+
+# ---- the driver -----------------------------------------------------------------------------
+
+class Result(NamedTuple):
+    example: str
+    keras: str
+    status: str          # pass / FAIL / skip / missing
+    edits: Tuple[str, ...]
+    seconds: float
+    detail: str
+
+
+def _env(keras: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PRTE_", "OPAL_", "HOROVOD_"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1",
+               HVDC_EXAMPLES_MNIST_LIMIT=env.get("HVDC_EXAMPLES_MNIST_LIMIT", "4096"))
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    if keras == TF_KERAS:
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    return env
+
+
+def run_one(examples_dir: str, name: str, keras: str, python: str, np_: int,
+            timeout: int, spec: Optional[Example] = None) -> Result:
+    """Runs examples_dir/name (edited per `spec`, default EXAMPLES[name]) at np_ ranks."""
+    spec = spec or EXAMPLES[name]
+    if spec.skip:
+        return Result(name, keras, "skip", (), 0.0, spec.skip)
+    source = os.path.join(examples_dir, name)
+    if not os.path.exists(source):
+        return Result(name, keras, "missing", (), 0.0, f"{source} not found")
+    with open(source) as f:
+        text, applied = apply_edits(f.read(), spec.edits, keras)
+    edit_names = tuple(f"{e.kind}: {e.why}" for e in applied)
+    work = tempfile.mkdtemp(prefix="hvdc_example_")
+    try:
+        script = os.path.join(work, name)
+        with open(script, "w") as f:
+            f.write(text)
+        cmd = ["mpirun", "-np", str(np_), "--timeout", str(timeout), "--bind-to", "none",
+               "--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
+               "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "CUDA_VISIBLE_DEVICES",
+               "-x", "HVDC_EXAMPLES_MNIST_LIMIT"]
+        if keras == TF_KERAS:
+            cmd += ["-x", "TF_USE_LEGACY_KERAS"]
+        cmd += [python, os.path.abspath(__file__), "--exec", script, *spec.args]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=work, env=_env(keras), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=timeout + 60)
+            output, code = proc.stdout, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            output, code = (e.stdout or b"").decode(errors="replace") + "\n[timeout]", -1
+        seconds = time.monotonic() - start
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    status = "pass" if code == 0 else "FAIL"
+    return Result(name, keras, status, edit_names, seconds, output)
+
+
+def format_matrix(results: Sequence[Result]) -> str:
+    lines = ["| example | Keras | result | edits applied | seconds |", "|---|---|---|---|---|"]
+    for r in results:
+        edits = "; ".join(r.edits) if r.edits else "none"
+        if r.status in ("skip", "missing"):
+            edits = r.detail
+        lines.append(f"| `{r.example}` | {r.keras} | {r.status} | {edits} | {r.seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--exec"]:
+        exec_example(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", default=os.environ.get("HVDC_HOROVOD_EXAMPLES"),
+                        help="folder with Horovod's example files (default $HVDC_HOROVOD_EXAMPLES)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only this example (repeatable)")
+    parser.add_argument("--keras", choices=KERASES, action="append", default=[],
+                        help="run only on this Keras (repeatable)")
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--timeout", type=int, default=600, help="mpirun --timeout per run")
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--verbose", action="store_true", help="print every run's output")
+    args = parser.parse_args(argv)
+    if not args.examples or not os.path.isdir(args.examples):
+        parser.error("give --examples DIR or set HVDC_HOROVOD_EXAMPLES to a folder holding "
+                     "Horovod's examples/tensorflow2 and examples/tensorflow files")
+    names = args.only or list(EXAMPLES)
+    unknown = [n for n in names if n not in EXAMPLES]
+    if unknown:
+        parser.error(f"unknown example(s) {unknown}; known: {sorted(EXAMPLES)}; "
+                     f"dead (API.md section 5): {list(DEAD)}")
+    results = []
+    for name in names:
+        for keras in (args.keras or EXAMPLES[name].kerases):
+            result = run_one(args.examples, name, keras, args.python, args.np, args.timeout)
+            print(f"{result.status:7} {name} [{keras}] {result.seconds:.0f}s", flush=True)
+            if result.status == "FAIL" or (args.verbose and result.status == "pass"):
+                print(result.detail[-6000:], flush=True)
+            results.append(result)
+            if EXAMPLES[name].skip:
+                break
+    print(format_matrix(results))
+    return 1 if any(r.status == "FAIL" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
