@@ -342,6 +342,14 @@ bool Controller::Poll(Clock::time_point now, RoundResult* out) {
   return false;
 }
 
+bool Controller::WaitingFor(std::vector<int>* world_ranks) const {
+  std::vector<int> missing;
+  if (!op_ || !op_->Missing(&missing)) return false;
+  world_ranks->clear();
+  for (int r : missing) world_ranks->push_back(world_ranks_[r]);
+  return true;
+}
+
 void Controller::CheckStalls(Clock::time_point now) {
   if (config_.stall_check_disable || !table_ || table_->empty()) return;
   const auto age = std::chrono::duration_cast<Clock::duration>(

@@ -65,6 +65,9 @@ class Controller {
   // A joined rank stays "pending" so it keeps taking part in rounds (it is ready for everything).
   bool has_pending() const { return !pending_.empty() || join_ != nullptr; }
   Clock::time_point round_started() const { return round_started_; }
+  // During a round: true with the world ranks whose part of the round's current step has not
+  // reached this rank (none: it is this rank that lags); false when the channel cannot tell.
+  bool WaitingFor(std::vector<int>* world_ranks) const;
 
   // `extra` rides in the round's bit vector and comes back ANDed over the members in the result
   // (the runtime's own agreements: process-set changes, execution order). Every member must pass

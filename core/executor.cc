@@ -201,12 +201,7 @@ void Executor::Complete(Batch& batch, const Status& status, TensorQueue* queue) 
 
 Status Executor::Execute(State& s, Batch& batch) {
   if (batch.error_code != StatusCode::kOk) {
-    return batch.error_code == StatusCode::kAborted ? Status::Aborted(batch.error_message)
-           : batch.error_code == StatusCode::kInvalidArgument
-               ? Status::InvalidArgument(batch.error_message)
-           : batch.error_code == StatusCode::kUnknownError
-               ? Status::UnknownError(batch.error_message)
-               : Status::PreconditionError(batch.error_message);
+    return Status::FromCode(batch.error_code, batch.error_message);
   }
   Backend* backend = nullptr;
   for (Backend* b : s.backends) {

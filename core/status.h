@@ -14,6 +14,7 @@ enum class StatusCode : int {
   kAborted = 3,            // unsupported operation detected by the coordinator
   kInvalidArgument = 4,    // bad arguments detected at enqueue
   kInProgress = 5,
+  kPeerLost = 6,  // a peer rank died, hung or was cut off; Python raises HorovodInternalError
 };
 
 class Status {
@@ -31,6 +32,11 @@ class Status {
     return {StatusCode::kInvalidArgument, std::move(msg)};
   }
   static Status InProgress() { return {StatusCode::kInProgress, ""}; }
+  static Status PeerLost(std::string msg) { return {StatusCode::kPeerLost, std::move(msg)}; }
+  // Any error code (kOk gives OK and drops the message).
+  static Status FromCode(StatusCode code, std::string msg) {
+    return code == StatusCode::kOk ? Status() : Status(code, std::move(msg));
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
