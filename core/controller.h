@@ -34,6 +34,8 @@ struct RoundResult {
   bool exchanged_requests = false;  // the round carried new requests (progress even if none ready)
   bool shutdown = false;            // the set (and the runtime) shuts down after `ready` runs
   std::string shutdown_reason;
+  // kPeerLost when this rank's round failed because a peer was lost; else kUnknownError.
+  StatusCode shutdown_code = StatusCode::kUnknownError;
   bool removed = false;  // the set was removed: every member closes it after `ready` runs
   // The caller's extra words of this round (StartRound), ANDed over the members; empty when the
   // round failed before the AND completed.

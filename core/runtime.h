@@ -104,7 +104,8 @@ class Runtime {
   void CheckRoundDeadline(ProcessSet& st, Clock::time_point now);
 
   // Shutting down (runtime_shutdown.cc).
-  void BeginShutdown(const std::string& reason);
+  // `code`: what pending and later operations fail with (kPeerLost after a lost peer).
+  void BeginShutdown(const std::string& reason, StatusCode code = StatusCode::kUnknownError);
   void CloseSet(ProcessSet& st, const Status& why);
   // Gives up on the peers: fails everything pending and later with `code` (kPeerLost when a peer
   // rank was lost, so Python raises HorovodInternalError).

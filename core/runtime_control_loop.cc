@@ -177,7 +177,7 @@ void Runtime::HandleResult(ProcessSet& st, RoundResult& result, Clock::time_poin
   }
   st.RoundEnded(now, progress);
   if (result.shutdown) {
-    BeginShutdown(result.shutdown_reason);
+    BeginShutdown(result.shutdown_reason, result.shutdown_code);
     CloseSet(st, ShutdownStatus());
     return;
   }

@@ -27,12 +27,13 @@ Status Runtime::ShutdownStatus() const {
   return Status::FromCode(down_code_, down_reason_.empty() ? kShutDownMessage : down_reason_);
 }
 
-void Runtime::BeginShutdown(const std::string& reason) {
+void Runtime::BeginShutdown(const std::string& reason, StatusCode code) {
   if (shutting_down_) return;
   shutting_down_ = true;
   shutdown_started_ = Clock::now();
   shutdown_reason_ = reason;
   down_reason_ = reason.empty() ? kShutDownMessage : reason;
+  down_code_ = code;
   down_.store(true);
   if (!reason.empty()) LogError("{}", reason);
   for (auto& st : sets_.All()) {
