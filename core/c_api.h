@@ -32,7 +32,8 @@ enum hvdc_status_code {
   HVDC_PRECONDITION_ERROR = 2, /* cross-rank mismatch; not initialized */
   HVDC_ABORTED = 3,
   HVDC_INVALID_ARGUMENT = 4,
-  HVDC_IN_PROGRESS = 5
+  HVDC_IN_PROGRESS = 5,
+  HVDC_PEER_LOST = 6 /* a peer rank died, hung or was cut off (HorovodInternalError) */
 };
 
 /* Data types (= hvdc::DataType; Horovod's numbering plus bfloat16). */

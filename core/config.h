@@ -37,10 +37,10 @@ struct Config {
   // HOROVOD_PEER_LOSS_EXIT_SECONDS: when the transport reports a lost peer rank, every pending and
   // later operation fails at once; this many seconds later the process exits with status 1 (so a
   // rank idle or stuck outside horovod_compat ends too). 0 = never exit, only fail operations.
-  double peer_loss_exit_s = 5.0;
+  double peer_loss_exit_s = 3.0;
   // HOROVOD_PEER_TIMEOUT_SECONDS: TCP transport: a peer from which nothing (data or heartbeat)
   // arrives for this long is lost -- stopped, hung or cut off (0 = no heartbeats).
-  double peer_timeout_s = 6.0;
+  double peer_timeout_s = 4.0;
   // HOROVOD_MPI_THREADS_DISABLE: request MPI_THREAD_SERIALIZED; control and execution share a
   // thread.
   bool mpi_threads_disable = false;

@@ -21,6 +21,12 @@ class PendingOp {
   virtual ~PendingOp() = default;
   // Makes progress; returns true once finished (successfully or not; *status says which).
   virtual bool Test(Status* status) = 0;
+  // For the stall inspector, while unfinished: false when the channel cannot tell; else true with
+  // *ranks = the channel ranks whose part of this operation has not reached this rank yet.
+  virtual bool Missing(std::vector<int>* ranks) const {
+    (void)ranks;
+    return false;
+  }
 };
 
 class ControlChannel {

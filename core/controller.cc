@@ -296,6 +296,7 @@ Status Controller::OnResponses(const ResponseList& list, RoundResult* out) {
 void Controller::Fail(const Status& status, RoundResult* out) {
   out->shutdown = true;
   out->shutdown_reason = status.message();
+  out->shutdown_code = status.code();
 }
 
 bool Controller::Poll(Clock::time_point now, RoundResult* out) {
@@ -325,9 +326,12 @@ bool Controller::Poll(Clock::time_point now, RoundResult* out) {
       }
     }
     if (!s.ok()) {
-      Fail(Status::UnknownError(
-               fmt::format("negotiation on process set {} failed: {}", set_id_, s.message())),
-           out);
+      // A lost peer keeps its code: Python raises HorovodInternalError for it.
+      Fail(
+          Status::FromCode(
+              s.code() == StatusCode::kPeerLost ? StatusCode::kPeerLost : StatusCode::kUnknownError,
+              fmt::format("negotiation on process set {} failed: {}", set_id_, s.message())),
+          out);
       extra_and_.clear();  // this rank may have seen only part of the round: agree on nothing
     }
     out->exchanged_requests = round_exchanged_;
@@ -340,6 +344,14 @@ bool Controller::Poll(Clock::time_point now, RoundResult* out) {
     return true;
   }
   return false;
+}
+
+bool Controller::WaitingFor(std::vector<int>* world_ranks) const {
+  std::vector<int> missing;
+  if (!op_ || !op_->Missing(&missing)) return false;
+  world_ranks->clear();
+  for (int r : missing) world_ranks->push_back(world_ranks_[r]);
+  return true;
 }
 
 void Controller::CheckStalls(Clock::time_point now) {

@@ -34,6 +34,8 @@ struct RoundResult {
   bool exchanged_requests = false;  // the round carried new requests (progress even if none ready)
   bool shutdown = false;            // the set (and the runtime) shuts down after `ready` runs
   std::string shutdown_reason;
+  // kPeerLost when this rank's round failed because a peer was lost; else kUnknownError.
+  StatusCode shutdown_code = StatusCode::kUnknownError;
   bool removed = false;  // the set was removed: every member closes it after `ready` runs
   // The caller's extra words of this round (StartRound), ANDed over the members; empty when the
   // round failed before the AND completed.
@@ -65,6 +67,9 @@ class Controller {
   // A joined rank stays "pending" so it keeps taking part in rounds (it is ready for everything).
   bool has_pending() const { return !pending_.empty() || join_ != nullptr; }
   Clock::time_point round_started() const { return round_started_; }
+  // During a round: true with the world ranks whose part of the round's current step has not
+  // reached this rank (none: it is this rank that lags); false when the channel cannot tell.
+  bool WaitingFor(std::vector<int>* world_ranks) const;
 
   // `extra` rides in the round's bit vector and comes back ANDed over the members in the result
   // (the runtime's own agreements: process-set changes, execution order). Every member must pass

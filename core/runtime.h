@@ -105,13 +105,19 @@ class Runtime {
   void CheckRoundDeadline(ProcessSet& st, Clock::time_point now);
 
   // Shutting down (runtime_shutdown.cc).
-  void BeginShutdown(const std::string& reason);
+  // `code`: what pending and later operations fail with (kPeerLost after a lost peer).
+  void BeginShutdown(const std::string& reason, StatusCode code = StatusCode::kUnknownError);
   void CloseSet(ProcessSet& st, const Status& why);
-  void Abandon(const std::string& reason);
+  // Gives up on the peers: fails everything pending and later with `code` (kPeerLost when a peer
+  // rank was lost, so Python raises HorovodInternalError).
+  void Abandon(const std::string& reason, StatusCode code = StatusCode::kUnknownError);
   // The transport lost a peer rank (any thread): arms the process exit
   // (HOROVOD_PEER_LOSS_EXIT_SECONDS) and has the control thread fail everything and stop.
   void PeerLost(const Status& lost);
   void OnPeerLost(const Status& lost);  // the control thread's part
+  // Arms the process exit (status 1, HOROVOD_PEER_LOSS_EXIT_SECONDS later; once) after a peer loss
+  // or a stall shutdown. Any thread.
+  void ExitLater(const std::string& why);
   Status ShutdownStatus() const;
 
   Config config_;
@@ -143,9 +149,11 @@ class Runtime {
   bool finished_ = false;   // the control thread has closed every set
   bool abandoned_ = false;  // gave up on peers: threads may be stuck in communication
   std::atomic<bool> peer_lost_{false};
+  std::atomic<bool> exit_armed_{false};
   std::atomic<bool> shutdown_called_{false};
-  std::atomic<bool> down_{false};  // enqueue refuses once set
-  std::string down_reason_;        // written before down_ is set
+  std::atomic<bool> down_{false};                     // enqueue refuses once set
+  std::string down_reason_;                           // written before down_ is set
+  StatusCode down_code_ = StatusCode::kUnknownError;  // with down_reason_
 };
 
 }  // namespace hvdc

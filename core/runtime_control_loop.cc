@@ -177,7 +177,7 @@ void Runtime::HandleResult(ProcessSet& st, RoundResult& result, Clock::time_poin
   }
   st.RoundEnded(now, progress);
   if (result.shutdown) {
-    BeginShutdown(result.shutdown_reason);
+    BeginShutdown(result.shutdown_reason, result.shutdown_code);
     CloseSet(st, ShutdownStatus());
     return;
   }
@@ -215,20 +215,34 @@ bool Runtime::ReleaseHeld(const std::vector<uint64_t>& words) {
 void Runtime::CheckRoundDeadline(ProcessSet& st, Clock::time_point now) {
   const auto waited = now - st.controller->round_started();
   const double waited_s = std::chrono::duration<double>(waited).count();
-  if (!config_.stall_check_disable && waited > Seconds(config_.stall_check_time_s) &&
-      now - st.round_warned > Seconds(config_.stall_check_time_s)) {
+  const bool warn = !config_.stall_check_disable && waited > Seconds(config_.stall_check_time_s) &&
+                    now - st.round_warned > Seconds(config_.stall_check_time_s);
+  const bool give_up =
+      config_.stall_shutdown_time_s > 0 &&
+      waited > Seconds(config_.stall_shutdown_time_s) + heartbeat_ + std::chrono::seconds(1);
+  if (!warn && !give_up) return;
+  // Name the ranks whose part of the round has not arrived, when the channel can tell.
+  std::vector<int> missing;
+  const bool known = st.controller->WaitingFor(&missing) && !missing.empty();
+  const std::string who = known ? fmt::format("ranks {}", missing)
+                                : fmt::format(
+                                      "some of the ranks {} (the transport cannot tell "
+                                      "which)",
+                                      st.ranks);
+  if (warn) {
     LogWarning(
-        "process set {}: a negotiation round has waited {:.1f} s for the other ranks {} to take "
-        "part; one of them may be stuck outside horovod_compat, or dead",
-        st.id, waited_s, st.ranks);
+        "process set {}: a negotiation round has waited {:.1f} s for {} to take part; they may "
+        "be stuck outside horovod_compat, or dead",
+        st.id, waited_s, who);
     st.round_warned = now;
   }
-  if (config_.stall_shutdown_time_s > 0 &&
-      waited > Seconds(config_.stall_shutdown_time_s) + heartbeat_ + std::chrono::seconds(1)) {
-    Abandon(fmt::format(
-        "process set {}: ranks {} did not take part in negotiation for {:.1f} s "
-        "(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={}); a rank is stuck or dead. Shutting down.",
-        st.id, st.ranks, waited_s, config_.stall_shutdown_time_s));
+  if (give_up) {
+    const std::string why = fmt::format(
+        "process set {}: {} did not take part in negotiation for {:.1f} s "
+        "(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS={}); a rank is stuck or dead. Shutting down",
+        st.id, who, waited_s, config_.stall_shutdown_time_s);
+    ExitLater(why);
+    Abandon(why);
     return;
   }
   if (shutting_down_ && now - shutdown_started_ > std::chrono::seconds(60)) {

@@ -24,15 +24,16 @@ constexpr const char* kShutDownMessage =
 }  // namespace
 
 Status Runtime::ShutdownStatus() const {
-  return Status::UnknownError(down_reason_.empty() ? kShutDownMessage : down_reason_);
+  return Status::FromCode(down_code_, down_reason_.empty() ? kShutDownMessage : down_reason_);
 }
 
-void Runtime::BeginShutdown(const std::string& reason) {
+void Runtime::BeginShutdown(const std::string& reason, StatusCode code) {
   if (shutting_down_) return;
   shutting_down_ = true;
   shutdown_started_ = Clock::now();
   shutdown_reason_ = reason;
   down_reason_ = reason.empty() ? kShutDownMessage : reason;
+  down_code_ = code;
   down_.store(true);
   if (!reason.empty()) LogError("{}", reason);
   for (auto& st : sets_.All()) {
@@ -80,16 +81,17 @@ void Runtime::CloseSet(ProcessSet& st, const Status& why) {
   }
 }
 
-void Runtime::Abandon(const std::string& reason) {
+void Runtime::Abandon(const std::string& reason, StatusCode code) {
   LogError("{}", reason);
   if (!shutting_down_) {
     down_reason_ = reason;
+    down_code_ = code;
     down_.store(true);
     shutdown_started_ = Clock::now();
   }
   shutting_down_ = true;
   global_closed_ = true;
-  const Status why = Status::UnknownError(reason);
+  const Status why = Status::FromCode(code, reason);
   FailAdmin();
   for (auto& sp : sets_.All()) {
     ProcessSet& st = *sp;
@@ -112,22 +114,25 @@ void Runtime::Abandon(const std::string& reason) {
   abandoned_ = true;
 }
 
+void Runtime::ExitLater(const std::string& why) {
+  const double exit_s = config_.peer_loss_exit_s;
+  if (exit_s <= 0 || exit_armed_.exchange(true)) return;
+  // Ends the process even when the program never calls horovod_compat again (idle, or stuck
+  // elsewhere). Detached: it touches nothing of the runtime, which may be gone by then.
+  std::thread([exit_s, why] {
+    std::this_thread::sleep_for(Seconds(exit_s));
+    LogError(
+        "{}; exiting with status 1 ({:g} s later, HOROVOD_PEER_LOSS_EXIT_SECONDS; 0 keeps the "
+        "process alive)",
+        why, exit_s);
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }).detach();
+}
+
 void Runtime::PeerLost(const Status& lost) {
   if (peer_lost_.exchange(true)) return;  // one loss is enough; the others are its consequences
-  const double exit_s = config_.peer_loss_exit_s;
-  if (exit_s > 0) {
-    // Ends the process even when the program never calls horovod_compat again (idle, or stuck
-    // elsewhere). Detached: it touches nothing of the runtime, which may be gone by then.
-    std::thread([exit_s, message = lost.message()] {
-      std::this_thread::sleep_for(Seconds(exit_s));
-      LogError(
-          "{}; exiting with status 1 ({:g} s after the loss, HOROVOD_PEER_LOSS_EXIT_SECONDS; 0 "
-          "keeps the process alive)",
-          message, exit_s);
-      std::fflush(nullptr);
-      std::_Exit(1);
-    }).detach();
-  }
+  ExitLater(lost.message());
   // If the control thread has already stopped (the failed round shut it down), this never runs:
   // that path has failed everything already.
   boost::asio::post(io_, [this, lost] { OnPeerLost(lost); });
@@ -135,9 +140,10 @@ void Runtime::PeerLost(const Status& lost) {
 
 void Runtime::OnPeerLost(const Status& lost) {
   Abandon(fmt::format(
-      "{}. A peer rank was lost: every pending and later operation fails, and this rank shuts "
-      "down",
-      lost.message()));
+              "{}. A peer rank was lost: every pending and later operation fails, and this rank "
+              "shuts down",
+              lost.message()),
+          StatusCode::kPeerLost);
   std::lock_guard<std::mutex> lock(state_mu_);
   finished_ = true;
   state_cv_.notify_all();

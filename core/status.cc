@@ -16,6 +16,8 @@ const char* StatusCodeName(StatusCode code) {
       return "INVALID_ARGUMENT";
     case StatusCode::kInProgress:
       return "IN_PROGRESS";
+    case StatusCode::kPeerLost:
+      return "PEER_LOST";
   }
   return "UNKNOWN_CODE";
 }

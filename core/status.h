@@ -14,6 +14,7 @@ enum class StatusCode : int {
   kAborted = 3,            // unsupported operation detected by the coordinator
   kInvalidArgument = 4,    // bad arguments detected at enqueue
   kInProgress = 5,
+  kPeerLost = 6,  // a peer rank died, hung or was cut off; Python raises HorovodInternalError
 };
 
 // [[nodiscard]]: an ignored Status is a lost error; write `(void)` with a reason where dropping one
@@ -33,11 +34,12 @@ class [[nodiscard]] Status {
     return {StatusCode::kInvalidArgument, std::move(msg)};
   }
   static Status InProgress() { return {StatusCode::kInProgress, ""}; }
+  static Status PeerLost(std::string msg) { return {StatusCode::kPeerLost, std::move(msg)}; }
   // The status with this code and message (kOk gives OK and drops the message).
   static Status FromCode(StatusCode code, std::string msg);
 
-  // The world rank where the error arose: the coordinator for an error negotiated in a round, the
-  // lost peer for a transport's peer-lost status; -1 when it arose on this rank or is not known.
+  // The world rank where the error arose: the coordinator for an error negotiated in a round; -1
+  // when it arose on this rank or is not known.
   // ToString shows it; messages handed to callers are left as written.
   int origin_rank() const { return origin_rank_; }
   Status WithOrigin(int rank) const {

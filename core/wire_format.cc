@@ -86,7 +86,7 @@ class Reader {
 };
 
 bool ValidStatusCode(int32_t v) {
-  return v >= 0 && v <= static_cast<int32_t>(StatusCode::kInProgress);
+  return v >= 0 && v <= static_cast<int32_t>(StatusCode::kPeerLost);
 }
 
 void WriteHeader(Writer* w, Kind kind) {

@@ -39,6 +39,10 @@ class LocalPendingOp : public PendingOp {
     if (done_) *status = status_;
     return done_;
   }
+  bool Missing(std::vector<int>* ranks) const override {
+    *ranks = board_->Missing(seq_, rank_);
+    return true;
+  }
 
  private:
   std::shared_ptr<ControlBoard> board_;
@@ -57,6 +61,8 @@ void ControlBoard::Deposit(uint64_t seq, int rank, ControlKind kind,
                            const std::vector<uint64_t>* bits, std::string* blob) {
   std::lock_guard<std::mutex> lock(mu_);
   Slot& slot = slots_[seq];
+  if (slot.by.empty()) slot.by.resize(size_);
+  slot.by[rank] = true;
   const bool first = slot.deposited++ == 0;
   if (first) {
     slot.kind = kind;
@@ -133,6 +139,22 @@ bool ControlBoard::TryFinish(uint64_t seq, int rank, std::vector<uint64_t>* bits
   *status = Status::OK();
   FinishLocked(seq, &slot);
   return true;
+}
+
+std::vector<int> ControlBoard::Missing(uint64_t seq, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> missing;
+  auto it = slots_.find(seq);
+  if (it == slots_.end()) return missing;
+  const Slot& slot = it->second;
+  if (slot.kind == ControlKind::kBroadcast) {
+    if (rank != 0 && !slot.root_deposited) missing.push_back(0);
+  } else if (slot.kind == ControlKind::kBitAnd || rank == 0) {
+    for (int r = 0; r < size_; ++r) {
+      if (!slot.by[r]) missing.push_back(r);
+    }
+  }
+  return missing;
 }
 
 void ControlBoard::Abandon(uint64_t seq) {

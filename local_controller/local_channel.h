@@ -42,6 +42,8 @@ class ControlBoard {
                  std::vector<std::string>* gathered, std::string* blob, Status* status);
   // Finishes `rank`'s part without a result (an abandoned PendingOp), so the slot is still freed.
   void Abandon(uint64_t seq);
+  // The ranks whose contribution to `seq` that `rank` needs has not been deposited yet.
+  std::vector<int> Missing(uint64_t seq, int rank);
 
   size_t slots_in_use();  // for tests: operations some rank has not finished
 
@@ -49,6 +51,7 @@ class ControlBoard {
   struct Slot {
     ControlKind kind = ControlKind::kBitAnd;
     int deposited = 0;
+    std::vector<bool> by;  // by[r]: rank r has deposited
     int finished = 0;
     std::vector<uint64_t> bits;      // BitAnd: AND of the deposits so far
     std::vector<std::string> blobs;  // Gather: each rank's blob, collected by rank 0

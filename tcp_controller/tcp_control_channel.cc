@@ -14,23 +14,35 @@ class ReceiveOp : public PendingOp {
  public:
   ReceiveOp(Group* group, std::vector<int> from) : group_(group), from_(std::move(from)) {}
 
+  // Takes the messages in whatever order they arrive (Take() does not depend on it), so Missing()
+  // can name every rank still owing one.
   bool Test(Status* status) override {
-    while (!done_ && next_ < from_.size()) {
+    for (size_t i = 0; !done_ && i < from_.size(); ++i) {
+      if (received_[i]) continue;
       std::string message;
       Status s;
-      if (!group_->TryRecvMessage(from_[next_], &message, &s)) return false;
-      if (s.ok()) s = Take(from_[next_], std::move(message));
+      if (!group_->TryRecvMessage(from_[i], &message, &s)) continue;
+      received_[i] = true;
+      ++count_;
+      if (s.ok()) s = Take(from_[i], std::move(message));
       if (!s.ok()) {
         status_ = s;
         done_ = true;
       }
-      ++next_;
     }
+    if (!done_ && count_ < from_.size()) return false;
     if (!done_) {
       status_ = Finish();
       done_ = true;
     }
     *status = status_;
+    return true;
+  }
+  bool Missing(std::vector<int>* ranks) const override {
+    ranks->clear();
+    for (size_t i = 0; i < from_.size(); ++i) {
+      if (!received_[i]) ranks->push_back(from_[i]);
+    }
     return true;
   }
 
@@ -42,7 +54,8 @@ class ReceiveOp : public PendingOp {
 
  private:
   const std::vector<int> from_;
-  size_t next_ = 0;
+  std::vector<bool> received_ = std::vector<bool>(from_.size());
+  size_t count_ = 0;
   bool done_ = false;
   Status status_;
 };

@@ -219,7 +219,11 @@ Status Mesh::Impl::WriteFrame(int p, uint32_t channel, const void* data, size_t 
 void Mesh::Impl::FailPeerLocked(int p, const std::string& what, bool warn, bool lost) {
   Peer& peer = peers[p];
   if (peer.error.ok()) {
-    peer.error = Status::UnknownError(fmt::format("TCP transport: {} {}", Describe(p), what));
+    // A lost peer (not one that said goodbye first) is kPeerLost: Python raises
+    // HorovodInternalError for it.
+    std::string message = fmt::format("TCP transport: {} {}", Describe(p), what);
+    peer.error =
+        lost ? Status::PeerLost(std::move(message)) : Status::UnknownError(std::move(message));
     if (warn && !closing) {
       LogWarning("{}", peer.error.message());
     } else {

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from horovod_compat import _core
 from horovod_compat.common import launch_env as _launch_env
+from horovod_compat.common.exceptions import HorovodInternalError
 from horovod_compat.common import process_sets as _ps
 
 _NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
@@ -252,6 +253,8 @@ class HorovodBasics:
 
     def _barrier(self, process_set_id: int, name: str) -> None:
         code, message = _core.barrier(process_set_id, name)
+        if code == getattr(_core, "PEER_LOST", None):
+            raise HorovodInternalError(f"barrier failed: {message}")
         if code != _core.OK:
             raise RuntimeError(f"barrier failed: {message}")
 

@@ -15,6 +15,7 @@ from horovod_compat.common.process_sets import (ProcessSet, add_process_set,  # 
 from horovod_compat.common.util import (check_extension, check_installed_version,
                                         get_average_backwards_compatibility_fun, get_ext_suffix,
                                         num_rank_is_power_2)
+from horovod_compat.tensorflow import peer_lost as _peer_lost
 from horovod_compat.tensorflow.util import _executing_eagerly
 
 check_extension("horovod_compat.tensorflow", "HOROVOD_WITH_TENSORFLOW", __file__, "mpi_lib")
@@ -33,6 +34,7 @@ def _load_library(name: str) -> Any:
 
 
 MPI_LIB = _load_library("mpi_lib")
+_peer_lost.install()  # a lost peer raises HorovodInternalError (peer_lost.py)
 
 # The collective ops are stateful (so grappler never constant-folds or merges them); tell
 # tf.function's automatic control dependencies that their order does not matter, as TF does for

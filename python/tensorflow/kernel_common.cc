@@ -3,12 +3,14 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 
 namespace hvdc_tf {
 
 const char kNotInitializedMessage[] = "Horovod has not been initialized; use hvd.init().";
+const char kPeerLostPayload[] = "horovod_compat.PeerLost";
 
 namespace {
 // Handed to the runtime for tensors with no elements (TF gives them no buffer).
@@ -66,6 +68,12 @@ Status ToTfStatus(int code, const std::string& message) {
       return absl::InvalidArgumentError(message);
     case HVDC_ABORTED:
       return absl::AbortedError(message);
+    case HVDC_PEER_LOST: {
+      // TF's UnknownError (what Horovod raises), marked so that Python raises HorovodInternalError.
+      Status status = absl::UnknownError(message);
+      status.SetPayload(kPeerLostPayload, absl::Cord("1"));
+      return status;
+    }
     case HVDC_UNKNOWN_ERROR:
     default:
       return absl::UnknownError(message);

@@ -27,6 +27,9 @@ using tensorflow::Tensor;
 
 // The message Horovod gives when an op runs before hvd.init().
 extern const char kNotInitializedMessage[];
+// The payload key marking a lost peer (HVDC_PEER_LOST) on an UnknownError; Python turns such
+// errors into HorovodInternalError (horovod_compat/tensorflow/peer_lost.py). Keep in sync.
+extern const char kPeerLostPayload[];
 
 // TF dtype -> hvdc_dtype; InvalidArgument for types the runtime does not carry.
 Status ToHvdcDtype(tensorflow::DataType dtype, int32_t* out);

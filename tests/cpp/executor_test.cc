@@ -166,6 +166,7 @@ void AbandonedExecutorScenario() {
   Config c = SmallConfig();
   c.stall_check_time_s = 0.5;  // heartbeat 0.125 s
   c.stall_shutdown_time_s = 1.0;
+  c.peer_loss_exit_s = 0;  // the stall shutdown must not end this process
   WorldOptions o;
   o.size = 2;
   o.config = c;

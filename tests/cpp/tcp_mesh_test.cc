@@ -301,7 +301,7 @@ void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string&
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::string got;
   s = mesh->Recv(0, 1, &got);
-  EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+  EXPECT_EQ(s.code(), StatusCode::kPeerLost);
   EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
   fake.join();

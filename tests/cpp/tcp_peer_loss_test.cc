@@ -3,8 +3,9 @@
 // again) while ranks 0 and 1 keep submitting, and the test SIGKILLs rank 1. The survivors must fail
 // their pending operation with an error naming rank 1 and its host (once per request), and exit
 // non-zero on their own (HOROVOD_PEER_LOSS_EXIT_SECONDS) -- rank 0 blocked in a collective, rank 2
-// idle. The same with rank 1 stopped (SIGSTOP) instead: the heartbeats catch it. The only time
-// bound is the test's own: every wait gives up after kLimit.
+// idle. The same with rank 1 stopped (SIGSTOP) instead: the heartbeats catch it, and rank 1,
+// continued (SIGCONT) once the others are gone, fails and exits too. The only time bound is the
+// test's own: every wait gives up after kLimit.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -129,12 +130,12 @@ int Worker() {
       if (rc == -100) {
         std::printf("VALUE %s\n", message.c_str());
       } else if (rc != HVDC_OK) {
-        std::printf("FAILED %s\n", message.c_str());
+        std::printf("FAILED code=%d %s\n", rc, message.c_str());
         std::fflush(stdout);
         // A later operation fails too.
         std::string later;
-        if (Step(rank, step + 1, &later) != HVDC_OK)
-          std::printf("LATER FAILED %s\n", later.c_str());
+        const int later_rc = Step(rank, step + 1, &later);
+        if (later_rc != HVDC_OK) std::printf("LATER FAILED code=%d %s\n", later_rc, later.c_str());
         std::fflush(stdout);
         break;
       }
@@ -229,11 +230,32 @@ void RunAndHit(int sig, const std::string& why) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  const bool ended = pids[0] < 0 && pids[kIdle] < 0;
+  // A stopped rank 1, continued once the others are gone, must not carry on: it fails and exits.
+  int resumed_status = -1;
+  bool resumed_ended = false;
+  if (sig == SIGSTOP && ended) {
+    kill(pids[kKilled], SIGCONT);
+    const auto resumed_deadline = std::chrono::steady_clock::now() + kLimit;
+    while (!resumed_ended && std::chrono::steady_clock::now() < resumed_deadline) {
+      resumed_ended = waitpid(pids[kKilled], &resumed_status, WNOHANG) == pids[kKilled];
+      if (resumed_ended) pids[kKilled] = -1;
+      if (!resumed_ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   const std::string all = dump();
   std::printf("%s", all.c_str());  // what each rank reported, for the ctest log
-  const bool ended = pids[0] < 0 && pids[kIdle] < 0;
-  kill_all();  // a stopped rank 1 too (SIGKILL ends a stopped process)
+  kill_all();                      // a stopped rank 1 too (SIGKILL ends a stopped process)
   ASSERT_TRUE(ended) << "a survivor did not exit after rank 1 was killed:\n" << all;
+  if (sig == SIGSTOP) {
+    ASSERT_TRUE(resumed_ended) << "rank 1, continued after the others exited, went on:\n" << all;
+    EXPECT_TRUE(WIFEXITED(resumed_status) && WEXITSTATUS(resumed_status) != 0)
+        << "rank 1 after SIGCONT: status " << resumed_status << "\n"
+        << all;
+    EXPECT_NE(ReadFile(logs[kKilled]).find("FAILED code=" + std::to_string(HVDC_PEER_LOST)),
+              std::string::npos)
+        << all;
+  }
 
   const std::string named = "rank 1 (" + peers[kKilled] + ")";
   for (int r = 0; r < kSize; ++r) {
@@ -245,15 +267,19 @@ void RunAndHit(int sig, const std::string& why) {
     EXPECT_NE(log.find(named), std::string::npos)
         << "rank " << r << " never names " << named << ":\n"
         << all;
+    EXPECT_NE(log.find(why), std::string::npos) << "rank " << r << " never says " << why << "\n"
+                                                << all;
     EXPECT_EQ(log.find("DOUBLE"), std::string::npos) << all;
     EXPECT_EQ(log.find("VALUE"), std::string::npos) << all;
   }
   // Rank 0 was in a collective: it failed with the dead rank's name, and so did the next one.
   const std::string log0 = ReadFile(logs[0]);
-  const size_t failed = log0.find("FAILED ");
+  // Both with the lost-peer code (Python raises HorovodInternalError for it).
+  const std::string code = "code=" + std::to_string(HVDC_PEER_LOST) + " ";
+  const size_t failed = log0.find("FAILED " + code);
   ASSERT_NE(failed, std::string::npos) << all;
   EXPECT_NE(log0.find(named, failed), std::string::npos) << all;
-  EXPECT_NE(log0.find("LATER FAILED "), std::string::npos) << all;
+  EXPECT_NE(log0.find("LATER FAILED " + code), std::string::npos) << all;
   for (int r = 0; r < kSize; ++r) std::remove(logs[r].c_str());
   rmdir(dir.c_str());
 }

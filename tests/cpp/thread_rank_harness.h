@@ -73,6 +73,7 @@ class GatedOp : public PendingOp {
     if (hold_->load()) return false;
     return inner_->Test(status);
   }
+  bool Missing(std::vector<int>* ranks) const override { return inner_->Missing(ranks); }
 
  private:
   std::unique_ptr<PendingOp> inner_;
