@@ -20,17 +20,16 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "checked_step.h"
 #include "core/c_api.h"
 #include "core/config.h"
 
@@ -53,69 +52,9 @@ int64_t NowMs() {
 // ---------------------------------------------------------------------------------------------
 // Worker: one rank.
 
-struct Pending {
-  std::mutex mu;
-  std::condition_variable cv;
-  int calls = 0;
-  int code = -1;
-  std::string message;
-};
-
-void Done(void* user, int code, const char* message) {
-  auto* p = static_cast<Pending*>(user);
-  std::lock_guard<std::mutex> lock(p->mu);
-  if (++p->calls > 1) {
-    std::printf("DOUBLE callback\n");
-    std::fflush(stdout);
-  }
-  p->code = code;
-  p->message = message ? message : "";
-  p->cv.notify_all();
-}
-
-// One allreduce of step-dependent values, checked against the sum computed here; -100 on a wrong
-// value, else the callback's (or hvdc_enqueue's) code, with the message.
+// One allreduce of step-dependent values, checked (checked_step.h).
 int Step(int rank, int step, std::string* message) {
-  const int n = 4096;
-  std::vector<float> in(n), out(n, 0.f);
-  for (int i = 0; i < n; ++i) in[i] = static_cast<float>((rank + 1) * (i % 5) + step);
-  hvdc_request req = {};
-  req.op = HVDC_OP_ALLREDUCE;
-  const std::string name = "live." + std::to_string(step);
-  req.name = name.c_str();
-  req.input.dtype = HVDC_FLOAT32;
-  req.input.ndim = 1;
-  req.input.dims[0] = n;
-  req.input.device = -1;
-  req.input.data = in.data();
-  req.output = req.input;
-  req.output.data = out.data();
-  req.reduce_op = HVDC_SUM;
-  auto* pending = new Pending;  // leaked on purpose: after a failure the runtime may still hold it
-  const int rc = hvdc_enqueue(&req, 1, Done, pending);
-  if (rc != HVDC_OK) {
-    *message = hvdc_last_error();
-    return rc;
-  }
-  std::unique_lock<std::mutex> lock(pending->mu);
-  pending->cv.wait(lock, [&] { return pending->calls > 0; });
-  *message = pending->message;
-  if (pending->code != HVDC_OK) {
-    // A stuck executor thread may still touch the buffers: keep them.
-    (void)new std::vector<float>(std::move(in));
-    (void)new std::vector<float>(std::move(out));
-    return pending->code;
-  }
-  const int size = hvdc_size();
-  int ranks_sum = 0;
-  for (int r = 0; r < size; ++r) ranks_sum += r + 1;
-  for (int i = 0; i < n; ++i) {
-    if (out[i] != static_cast<float>(ranks_sum * (i % 5) + size * step)) {
-      *message = "wrong value at " + std::to_string(i);
-      return -100;
-    }
-  }
-  return HVDC_OK;
+  return hvdc::checked_step::Step("live.", 4096, 5, rank, hvdc_size(), step, message);
 }
 
 int Worker(const std::string& role) {
@@ -160,7 +99,7 @@ int Worker(const std::string& role) {
     }
     std::string message;
     const int rc = Step(rank, step, &message);
-    if (rc == -100) {
+    if (rc == hvdc::checked_step::kWrongValue) {
       std::printf("VALUE %s\n", message.c_str());
       return 6;
     }

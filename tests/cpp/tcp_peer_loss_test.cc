@@ -14,16 +14,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "checked_step.h"
 #include "core/c_api.h"
 #include "tcp_test_util.h"
 
@@ -41,70 +40,9 @@ constexpr const char* kRoleVar = "HVDC_PEER_LOSS_TEST_WORKER";
 // fails, "DOUBLE" if a callback ran twice; never exits on its own after READY (only the runtime
 // may end it).
 
-struct Pending {
-  std::mutex mu;
-  std::condition_variable cv;
-  int calls = 0;
-  int code = -1;
-  std::string message;
-};
-
-void Done(void* user, int code, const char* message) {
-  auto* p = static_cast<Pending*>(user);
-  std::lock_guard<std::mutex> lock(p->mu);
-  if (++p->calls > 1) {
-    std::printf("DOUBLE callback\n");
-    std::fflush(stdout);
-  }
-  p->code = code;
-  p->message = message ? message : "";
-  p->cv.notify_all();
-}
-
-// One allreduce of step-dependent values, checked against the sum computed here. Returns the
-// callback's code (or hvdc_enqueue's), with the message.
+// One allreduce of step-dependent values, checked (checked_step.h).
 int Step(int rank, int step, std::string* message) {
-  const int n = 1000;
-  std::vector<float> in(n), out(n, 0.f);
-  for (int i = 0; i < n; ++i) in[i] = static_cast<float>((rank + 1) * (i % 7) + step);
-  hvdc_request req = {};
-  req.op = HVDC_OP_ALLREDUCE;
-  const std::string name = "step." + std::to_string(step);
-  req.name = name.c_str();
-  req.input.dtype = HVDC_FLOAT32;
-  req.input.ndim = 1;
-  req.input.dims[0] = n;
-  req.input.device = -1;
-  req.input.data = in.data();
-  req.output = req.input;
-  req.output.data = out.data();
-  req.reduce_op = HVDC_SUM;
-  // Leaked on purpose: after a failure the runtime may still hold the request (never freed).
-  auto* pending = new Pending;
-  const int rc = hvdc_enqueue(&req, 1, Done, pending);
-  if (rc != HVDC_OK) {
-    *message = hvdc_last_error();
-    return rc;
-  }
-  std::unique_lock<std::mutex> lock(pending->mu);
-  pending->cv.wait(lock, [&] { return pending->calls > 0; });
-  *message = pending->message;
-  if (pending->code != HVDC_OK) {
-    // Keep the buffers alive: a stuck executor thread might still touch them.
-    (void)new std::vector<float>(std::move(in));
-    (void)new std::vector<float>(std::move(out));
-    return pending->code;
-  }
-  int ranks_sum = 0;
-  for (int r = 0; r < kSize; ++r) ranks_sum += r + 1;
-  for (int i = 0; i < n; ++i) {
-    const float expected = static_cast<float>(ranks_sum * (i % 7) + kSize * step);
-    if (out[i] != expected) {
-      *message = "wrong value at " + std::to_string(i);
-      return -100;
-    }
-  }
-  return HVDC_OK;
+  return hvdc::checked_step::Step("step.", 1000, 7, rank, kSize, step, message);
 }
 
 int Worker() {
@@ -127,7 +65,7 @@ int Worker() {
     for (;; ++step) {
       std::string message;
       const int rc = Step(rank, step, &message);
-      if (rc == -100) {
+      if (rc == hvdc::checked_step::kWrongValue) {
         std::printf("VALUE %s\n", message.c_str());
       } else if (rc != HVDC_OK) {
         std::printf("FAILED code=%d %s\n", rc, message.c_str());
