@@ -18,6 +18,26 @@ step() { printf '\n=== %s ===\n' "$*"; }
 step "dependencies"
 bash scripts/install_deps.sh
 
+step "netns cluster (the multi-host and network-fault tests)"
+# Three pretend hosts (network namespaces, ../shared/tools/netns-cluster) for tcp_partition_test
+# and the Python launcher's multi-host test. Needs root; removed at exit if this script made them.
+netns=""
+for c in "${HVDC_NETNS_CLUSTER:-}" "$root/../shared/tools/netns-cluster" \
+         /work/shared/tools/netns-cluster; do
+  if [ -n "$c" ] && [ -x "$c" ]; then netns=$(readlink -f "$c"); break; fi
+done
+if [ -z "$netns" ] || [ "$(id -u)" -ne 0 ]; then
+  echo "NOTE: no netns-cluster script or not root: the multi-host tests will skip"
+else
+  had_hosts=$(ip netns list 2>/dev/null | grep -c hvhost || true)
+  if "$netns" up 3; then
+    export HVDC_NETNS_CLUSTER=$netns
+    [ "$had_hosts" -eq 0 ] && trap '"$netns" down || true' EXIT
+  else
+    echo "NOTE: netns-cluster up 3 failed: the multi-host tests will skip"
+  fi
+fi
+
 step "build (RelWithDebInfo)"
 bash scripts/build.sh build
 step "C++ tests"
