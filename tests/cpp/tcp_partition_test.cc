@@ -37,11 +37,19 @@ constexpr int kPerHost = 2;
 constexpr int kSize = kHosts * kPerHost;
 constexpr int kCutHost = 3;  // ranks 4 and 5
 constexpr int kWarmSteps = 10;
-constexpr size_t kBigFloats = size_t{16} << 20;    // 64 MiB
 constexpr auto kLimit = std::chrono::seconds(90);  // the test's own bound on every wait
 constexpr const char* kRoleVar = "HVDC_PARTITION_TEST_WORKER";
 
 int HostOf(int rank) { return rank / kPerHost + 1; }
+
+// The slow-link allreduce: 64 MiB at 100 Mbit/s in CI (about 9 s, over twice the heartbeat
+// timeout); HVDC_PARTITION_BIG_MIB and HVDC_PARTITION_SLOW_MBIT change both for a manual run.
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+size_t BigFloats() { return size_t(EnvInt("HVDC_PARTITION_BIG_MIB", 64)) << 18; }
+int SlowMbit() { return EnvInt("HVDC_PARTITION_SLOW_MBIT", 100); }
 
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -50,7 +58,8 @@ double WallSeconds() {
 // ---------------------------------------------------------------------------------------------
 // Workers (one rank each). "steps": checked allreduces until one fails, printing READY after the
 // warm-up and "FAILED code=<c> at=<wall s> <message>" then "LATER FAILED ...", then idle (only the
-// runtime may end the process). "big": one 64 MiB allreduce, checked, then a clean shutdown.
+// runtime may end the process). "big": one large allreduce (BigFloats()), checked, then a clean
+// shutdown.
 
 int StepsWorker(int rank) {
   int step = 0;
@@ -82,15 +91,16 @@ int StepsWorker(int rank) {
 }
 
 int BigWorker(int rank) {
-  std::vector<float> in(kBigFloats), out(kBigFloats, 0.f);
+  const size_t big = BigFloats();
+  std::vector<float> in(big), out(big, 0.f);
   // Integers below 2^24 summed over six ranks: exact in float32.
-  for (size_t i = 0; i < kBigFloats; ++i) in[i] = static_cast<float>((rank + 1) * (i % 1013));
+  for (size_t i = 0; i < big; ++i) in[i] = static_cast<float>((rank + 1) * (i % 1013));
   hvdc_request req = {};
   req.op = HVDC_OP_ALLREDUCE;
   req.name = "big";
   req.input.dtype = HVDC_FLOAT32;
   req.input.ndim = 1;
-  req.input.dims[0] = static_cast<int64_t>(kBigFloats);
+  req.input.dims[0] = static_cast<int64_t>(big);
   req.input.device = -1;
   req.input.data = in.data();
   req.output = req.input;
@@ -113,7 +123,7 @@ int BigWorker(int rank) {
     return 6;
   }
   const int sum_of_factors = kSize * (kSize + 1) / 2;
-  for (size_t i = 0; i < kBigFloats; ++i) {
+  for (size_t i = 0; i < big; ++i) {
     if (out[i] != static_cast<float>(sum_of_factors * (i % 1013))) {
       std::printf("VALUE at %zu: %g\n", i, static_cast<double>(out[i]));
       return 7;
@@ -331,7 +341,7 @@ TEST(TcpPartition, SlowLinksRaiseNoFalseAlarmInALongAllreduce) {
   const std::string why = Unavailable();
   if (!why.empty()) GTEST_SKIP() << why;
   Restore restore;
-  ASSERT_EQ(RunCluster("slow 100"), 0);
+  ASSERT_EQ(RunCluster("slow " + std::to_string(SlowMbit())), 0);
   Job job("big");
   ASSERT_TRUE(job.started());
   std::vector<int> status;
@@ -350,8 +360,8 @@ TEST(TcpPartition, SlowLinksRaiseNoFalseAlarmInALongAllreduce) {
   EXPECT_EQ(all.find("FAILED"), std::string::npos) << all;
   const size_t ok = job.Log(0).find("BIG OK");
   if (ok != std::string::npos) {
-    std::printf("64 MiB allreduce, 6 ranks on 3 hosts at 100 Mbit/s: %s",
-                job.Log(0).substr(ok + 7).c_str());
+    std::printf("%zu MiB allreduce, 6 ranks on 3 hosts at %d Mbit/s: %s", BigFloats() >> 18,
+                SlowMbit(), job.Log(0).substr(ok + 7).c_str());
   }
 }
 
