@@ -34,6 +34,8 @@ class Group {
     return mesh_->Send(members_[r], channel_, m.data(), m.size());
   }
   Status RecvMessage(int r, std::string* m) { return mesh_->Recv(members_[r], channel_, m); }
+  // Gives a message received with RecvMessage back to the mesh for reuse (Mesh::Recycle).
+  void Recycle(std::string&& m) { mesh_->Recycle(std::move(m)); }
   bool TryRecvMessage(int r, std::string* m, Status* s) {
     return mesh_->TryRecv(members_[r], channel_, m, s);
   }

@@ -16,11 +16,6 @@
 
 namespace hvdc {
 namespace tcp {
-namespace {
-
-uint64_t Key(int peer, uint32_t channel) { return (static_cast<uint64_t>(peer) << 32) | channel; }
-
-}  // namespace
 
 std::string Mesh::Impl::Describe(int p) const {
   return fmt::format("rank {} ({})", p, peers[p].address.empty() ? "?" : peers[p].address);
@@ -42,93 +37,6 @@ void Mesh::Impl::Start() {
     ArmBeat();
   }
   thread = std::thread([this] { io.run(); });
-}
-
-void Mesh::Impl::StartRead(int p) {
-  Peer& peer = peers[p];
-  asio::async_read(*peer.socket, asio::buffer(peer.header, kFrameHeaderBytes),
-                   [this, p](const boost::system::error_code& ec, size_t) {
-                     Peer& pr = peers[p];
-                     pr.last_heard = std::chrono::steady_clock::now();
-                     std::unique_lock<std::mutex> lock(mu);
-                     if (ec) {
-                       if (closing) {  // the peer's half-close, or our own final close
-                         pr.eof = true;
-                         cv.notify_all();
-                       } else if (ec == asio::error::eof && pr.said_bye) {
-                         // A peer that finished its job first: the error matters only to an
-                         // operation still waiting for that peer.
-                         FailPeerLocked(p, "closed the connection", /*warn=*/false,
-                                        /*lost=*/false);
-                       } else if (ec == asio::error::eof) {
-                         FailPeerLocked(p,
-                                        "closed the connection without shutting down (the "
-                                        "process exited or was killed)");
-                       } else {
-                         FailPeerLocked(p, fmt::format("connection failed: {}", ec.message()));
-                       }
-                       return;
-                     }
-                     FrameHeader frame;
-                     const std::string bad = DecodeFrameHeader(pr.header, &frame);
-                     if (!bad.empty()) {
-                       FailPeerLocked(p, fmt::format("sent a {}; connection dropped", bad));
-                       return;
-                     }
-                     pr.channel = frame.channel;
-                     const uint64_t length = frame.length;
-                     if (length == 0 && pr.channel == kHeartbeatChannel) {
-                       lock.unlock();
-                       StartRead(p);
-                       return;
-                     }
-                     if (length == 0 && pr.channel == kByeChannel) {
-                       pr.said_bye = true;
-                       lock.unlock();
-                       StartRead(p);
-                       return;
-                     }
-                     if (length == 0) {
-                       inbox[Key(p, pr.channel)].emplace_back();
-                       cv.notify_all();
-                       lock.unlock();
-                       StartRead(p);
-                       return;
-                     }
-                     lock.unlock();
-                     pr.body.resize(static_cast<size_t>(length));
-                     ReadBody(p, 0);
-                   });
-}
-
-void Mesh::Impl::ReadBody(int p, size_t offset) {
-  Peer& peer = peers[p];
-  // Piece by piece, so every byte that arrives counts as a sign of life (heartbeats).
-  peer.socket->async_read_some(
-      asio::buffer(&peer.body[offset], peer.body.size() - offset),
-      [this, p, offset](const boost::system::error_code& ec, size_t n) {
-        Peer& pr = peers[p];
-        pr.last_heard = std::chrono::steady_clock::now();
-        if (!ec && offset + n < pr.body.size()) {
-          ReadBody(p, offset + n);
-          return;
-        }
-        std::unique_lock<std::mutex> lock(mu);
-        if (ec) {
-          if (pr.error.ok()) {
-            FailPeerLocked(
-                p, fmt::format("connection failed in the middle of a "
-                               "message: {}",
-                               ec == asio::error::eof ? "closed by the peer" : ec.message()));
-          }
-          return;
-        }
-        inbox[Key(p, pr.channel)].push_back(std::move(pr.body));
-        pr.body = std::string();
-        cv.notify_all();
-        lock.unlock();
-        StartRead(p);
-      });
 }
 
 void Mesh::Impl::ArmBeat() {
@@ -278,78 +186,12 @@ Status Mesh::Send(int peer, uint32_t channel, const void* data, size_t bytes) {
   return m.WriteFrame(peer, channel, data, bytes);
 }
 
-bool Mesh::TryRecv(int peer, uint32_t channel, std::string* message, Status* status) {
-  Impl& m = *impl_;
-  if (peer < 0 || peer >= m.options.size || peer == m.options.rank) {
-    *status = Status::InvalidArgument(fmt::format("TCP transport: cannot receive from {}", peer));
-    return true;
-  }
-  std::lock_guard<std::mutex> lock(m.mu);
-  auto it = m.inbox.find(Key(peer, channel));
-  if (it != m.inbox.end() && !it->second.empty()) {
-    *message = std::move(it->second.front());
-    it->second.pop_front();
-    *status = Status::OK();
-    return true;
-  }
-  if (!m.peers[peer].error.ok()) {
-    *status = m.peers[peer].error;
-    return true;
-  }
-  if (m.closed || m.peers[peer].eof) {
-    *status = Status::UnknownError(fmt::format(
-        "TCP transport: {} has shut down (nothing more will arrive)", m.Describe(peer)));
-    return true;
-  }
-  return false;
-}
-
-Status Mesh::Recv(int peer, uint32_t channel, std::string* message) {
-  Impl& m = *impl_;
-  Status status;
-  if (TryRecv(peer, channel, message, &status)) return status;
-  std::unique_lock<std::mutex> lock(m.mu);
-  const uint64_t key = Key(peer, channel);
-  Peer& p = m.peers[peer];
-  m.cv.wait(lock, [&] {
-    auto it = m.inbox.find(key);
-    return (it != m.inbox.end() && !it->second.empty()) || !p.error.ok() || p.eof || m.closed;
-  });
-  lock.unlock();
-  TryRecv(peer, channel, message, &status);
-  return status;
-}
-
-Status Mesh::RecvInto(int peer, uint32_t channel, void* dst, size_t bytes) {
-  std::string message;
-  HVDC_RETURN_IF_ERROR(Recv(peer, channel, &message));
-  if (message.size() != bytes) {
-    return Status::PreconditionError(fmt::format(
-        "TCP transport: {} sent {} bytes on channel {} where this rank expected {} (the ranks "
-        "disagree about the operation)",
-        impl_->Describe(peer), message.size(), channel, bytes));
-  }
-  if (bytes > 0) std::memcpy(dst, message.data(), bytes);
-  return Status::OK();
-}
-
 Status Mesh::SendLarge(int peer, uint32_t channel, const void* data, size_t bytes) {
   const auto* p = static_cast<const uint8_t*>(data);
   size_t offset = 0;
   do {
     const size_t n = std::min<size_t>(bytes - offset, kMaxFrameBytes);
     HVDC_RETURN_IF_ERROR(Send(peer, channel, p + offset, n));
-    offset += n;
-  } while (offset < bytes);
-  return Status::OK();
-}
-
-Status Mesh::RecvLarge(int peer, uint32_t channel, void* dst, size_t bytes) {
-  auto* p = static_cast<uint8_t*>(dst);
-  size_t offset = 0;
-  do {
-    const size_t n = std::min<size_t>(bytes - offset, kMaxFrameBytes);
-    HVDC_RETURN_IF_ERROR(RecvInto(peer, channel, p + offset, n));
     offset += n;
   } while (offset < bytes);
   return Status::OK();

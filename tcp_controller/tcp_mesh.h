@@ -83,6 +83,9 @@ class Mesh {
   Status Recv(int peer, uint32_t channel, std::string* message);
   // Recv, then checks that the message has exactly `bytes` bytes and copies it to dst.
   Status RecvInto(int peer, uint32_t channel, void* dst, size_t bytes);
+  // Hands a received message's buffer back for reuse by later frames (optional: large messages
+  // read in a loop, such as data-plane segments, then cost no allocation).
+  void Recycle(std::string&& message);
   // Nonblocking Recv: false when nothing is there yet; true with *message, or with *status set to
   // the peer's error.
   bool TryRecv(int peer, uint32_t channel, std::string* message, Status* status);

@@ -24,6 +24,11 @@ namespace tcp {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+// The key of a (peer, channel) queue: peer << 32 | channel.
+inline uint64_t Key(int peer, uint32_t channel) {
+  return (static_cast<uint64_t>(peer) << 32) | channel;
+}
+
 // An empty frame on this channel says "I am closing in order": the end of the connection that
 // follows is no failure. A connection that ends without it is a lost peer.
 constexpr uint32_t kByeChannel = 0xffffffffu;
@@ -82,6 +87,35 @@ class Mesh::Impl {
   std::mutex mu;  // guards the Peer fields marked so, inbox, closing, closed (after send_mu)
   std::condition_variable cv;
   std::map<uint64_t, std::deque<std::string>> inbox;  // key: peer << 32 | channel
+  // Frame bodies handed back by the readers (Mesh::Recycle), reused for later frames: a steady
+  // stream of segments then needs no allocation, no fresh pages and no zero-filling.
+  std::vector<std::string> spare;  // guarded by mu
+  size_t spare_bytes = 0;          // their capacities, guarded by mu
+  static constexpr size_t kSpareMinBytes = 64 << 10;
+  static constexpr size_t kSpareMaxBytes = 32 << 20;
+  static constexpr size_t kSpareMaxBuffers = 4;
+  // A receive posted by RecvInto before its frame arrived: the I/O thread reads that frame's body
+  // straight into `dst` when its length matches (no copy, no buffer), else queues it as usual.
+  // Lives on the receiver's stack; once `taken`, the receiver waits for `done`.
+  struct PostedRecv {
+    uint8_t* dst = nullptr;
+    size_t bytes = 0;
+    bool taken = false;  // the I/O thread is reading the body into dst
+    bool done = false;   // dst holds the frame, or `status` says why not
+    Status status;
+  };
+  std::map<uint64_t, PostedRecv*> posted;  // guarded by mu; key as inbox
+  static constexpr size_t kPostMinBytes = 64 << 10;
+  // Reads the rest of a posted receive's body (I/O thread).
+  void ReadDirect(int p, PostedRecv* post, size_t offset);
+  // RecvInto for large messages: posts dst when nothing is queued yet; *direct tells whether the
+  // frame landed there (or failed on the way: the status says why).
+  // *direct false: nothing landed in dst (a frame of another size is queued, or the peer failed):
+  // the caller receives as usual.
+  Status RecvDirect(int peer, uint32_t channel, void* dst, size_t bytes, bool* direct);
+  // A body for a frame of `length` bytes: a spare one that holds it, else a new one (called with
+  // mu held; the caller sizes it after unlocking).
+  std::string TakeSpareLocked(size_t length);
   bool closing = false;
   bool closed = false;
   std::function<void(const Status&)> on_lost;  // guarded by mu; called with mu held

@@ -34,6 +34,7 @@ Status TcpHostComm::RecvReduce(int r, uint8_t* dst, int64_t elems, DataType dtyp
                     group_.world_rank(r), m.size(), want));
   }
   cpu::ReduceInto(dst, m.data(), elems, dtype, op);
+  group_.Recycle(std::move(m));
   return Status::OK();
 }
 

@@ -267,8 +267,11 @@ TEST(TcpMesh, OversizedSendIsRefusedAtTheSender) {
 }
 
 // Rank 0 is played by hand over a raw socket: a correct hello, then `frame` as the first frame.
-// Rank 1's mesh drops the connection and its reader gets an error naming rank 0.
-void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string& needle) {
+// Rank 1's mesh drops the connection and its reader gets an error naming rank 0. With
+// `posted_bytes`, rank 1 waits in RecvInto for that many bytes (a posted receive, read in place)
+// and the frame follows a moment later.
+void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string& needle,
+                           size_t posted_bytes = 0) {
   const auto peers = tcp_test::FreeLoopbackPeers(2);
   std::shared_ptr<Mesh> mesh;
   std::thread fake([&] {
@@ -285,6 +288,7 @@ void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string&
     } while (ec);
     const std::string refused = tcp_test::ConnectorHandshake(s, 0, 2, 77, "job secret", 1);
     ASSERT_EQ(refused, "");
+    if (posted_bytes > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     boost::asio::write(s, boost::asio::buffer(frame), ec);
     s.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ec);  // nothing more comes
     char sink[16];
@@ -300,7 +304,12 @@ void ExpectBadFrameRefused(const std::vector<uint8_t>& frame, const std::string&
   Status s = Mesh::Create(o, &mesh);
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::string got;
-  s = mesh->Recv(0, 1, &got);
+  if (posted_bytes > 0) {
+    got.resize(posted_bytes);
+    s = mesh->RecvInto(0, 1, &got[0], posted_bytes);
+  } else {
+    s = mesh->Recv(0, 1, &got);
+  }
   EXPECT_EQ(s.code(), StatusCode::kPeerLost);
   EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
@@ -330,6 +339,63 @@ TEST(TcpMesh, TruncatedFrameDropsThatPeer) {
   std::memcpy(frame.data() + 4, &channel, 4);
   std::memcpy(frame.data() + 8, &length, 8);
   ExpectBadFrameRefused(frame, "in the middle of a message");
+}
+
+// The same, with the receiver already waiting in place: the connection ends inside the body that
+// is being read straight into the receiver's buffer.
+TEST(TcpMesh, TruncatedFrameFailsAPostedReceive) {
+  const size_t bytes = 1 << 20;
+  std::vector<uint8_t> frame(16 + 1000, 0x5a);
+  const uint32_t magic = 0x46445648, channel = 1;
+  const uint64_t length = bytes;
+  std::memcpy(frame.data(), &magic, 4);
+  std::memcpy(frame.data() + 4, &channel, 4);
+  std::memcpy(frame.data() + 8, &length, 8);
+  ExpectBadFrameRefused(frame, "in the middle of a message", bytes);
+}
+
+// Large receives (RecvInto of at least 64 KiB) are posted when nothing is queued: the body is read
+// straight into the caller's buffer. Either order -- the receiver first or the frame first -- and a
+// frame of another size than the one posted (an error naming the sender; the next frame is still
+// intact) must behave exactly like the queued path.
+TEST(TcpMesh, PostedReceivesInEitherOrder) {
+  auto meshes = tcp_test::MakeMeshes(2);
+  const size_t big = (1 << 20) + 3, other = 300000;
+  const std::vector<size_t> sizes = {big, 65536, other, big, big, 70000};
+  std::atomic<int> posted{0};
+  RunRanks(2, [&](int r) {
+    if (r == 0) {
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        // Even frames go out once the receiver waits for them; odd ones right away.
+        if (i % 2 == 0) {
+          while (posted.load() <= static_cast<int>(i)) std::this_thread::yield();
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        const std::string p = Payload(0, 1, 9, sizes[i]) + std::to_string(i);
+        ASSERT_TRUE(meshes[0]->Send(1, 9, p.data(), sizes[i]).ok());
+      }
+      return;
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (i % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // The receiver of frame 2 waits for `big` bytes: a frame of `other` bytes comes.
+      const size_t want = i == 2 ? big : sizes[i];
+      std::string got(want, '\0');
+      posted.store(static_cast<int>(i) + 1);
+      Status s = meshes[1]->RecvInto(0, 9, &got[0], want);
+      if (i == 2) {
+        EXPECT_EQ(s.code(), StatusCode::kPreconditionError) << s.ToString();
+        EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
+        EXPECT_NE(s.message().find(std::to_string(other) + " bytes"), std::string::npos)
+            << s.message();
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << "frame " << i << ": " << s.ToString();
+      const std::string expect = (Payload(0, 1, 9, want) + std::to_string(i)).substr(0, want);
+      EXPECT_TRUE(got == expect) << "frame " << i << " differs";
+    }
+  });
+  EXPECT_TRUE(meshes[1]->PeerStatus(0).ok());
 }
 
 // A minimal HTTP key-value service like the launcher's (one thread, one request per connection).
