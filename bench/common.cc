@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,10 +15,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <time.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "bench/tcp_world.h"
 
 #ifndef HVDC_BENCH_TENSOR_DIR
 #define HVDC_BENCH_TENSOR_DIR "bench/tensor_sets"
@@ -74,10 +76,20 @@ int64_t ParseBytes(const std::string& s) {
   int64_t mult = 1;
   if (end && *end) {
     switch (*end) {
-      case 'k': case 'K': mult = KiB; break;
-      case 'm': case 'M': mult = MiB; break;
-      case 'g': case 'G': mult = 1024 * MiB; break;
-      default: break;
+      case 'k':
+      case 'K':
+        mult = KiB;
+        break;
+      case 'm':
+      case 'M':
+        mult = MiB;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1024 * MiB;
+        break;
+      default:
+        break;
     }
   }
   return static_cast<int64_t>(v * double(mult));
@@ -102,7 +114,7 @@ std::string FormatBytes(double b) {
 static double Percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
   // Nearest rank on a sorted copy: simple, and what "p99 over 10,000" usually means.
-  size_t idx = static_cast<size_t>(std::ceil(q * double(sorted.size()))) ;
+  size_t idx = static_cast<size_t>(std::ceil(q * double(sorted.size())));
   idx = idx == 0 ? 0 : idx - 1;
   return sorted[std::min(idx, sorted.size() - 1)];
 }
@@ -162,10 +174,18 @@ static void EscapeTo(std::string* out, const std::string& s) {
   out->push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -186,8 +206,12 @@ void Json::DumpTo(std::string* out, int indent, int depth) const {
     out->append(size_t(indent * d), ' ');
   };
   switch (kind_) {
-    case kNull: *out += "null"; break;
-    case kBool: *out += bool_ ? "true" : "false"; break;
+    case kNull:
+      *out += "null";
+      break;
+    case kBool:
+      *out += bool_ ? "true" : "false";
+      break;
     case kNumber: {
       if (!std::isfinite(num_)) {
         *out += "null";
@@ -202,7 +226,9 @@ void Json::DumpTo(std::string* out, int indent, int depth) const {
       }
       break;
     }
-    case kString: EscapeTo(out, str_); break;
+    case kString:
+      EscapeTo(out, str_);
+      break;
     case kObject: {
       out->push_back('{');
       for (size_t i = 0; i < obj_.size(); ++i) {
@@ -218,8 +244,8 @@ void Json::DumpTo(std::string* out, int indent, int depth) const {
     }
     case kArray: {
       // Arrays of plain numbers stay on one line.
-      bool flat = std::all_of(arr_.begin(), arr_.end(),
-                              [](const Json& j) { return j.kind_ == kNumber; });
+      bool flat =
+          std::all_of(arr_.begin(), arr_.end(), [](const Json& j) { return j.kind_ == kNumber; });
       out->push_back('[');
       for (size_t i = 0; i < arr_.size(); ++i) {
         if (i) *out += flat && indent > 0 ? ", " : ",";
@@ -312,7 +338,10 @@ Json ResultHeader(const Context& ctx) {
       .Set("pinned", allowed_max == 1)
       .Set("oversubscribed", ctx.oversubscribed)
       .Set("loadavg_at_end", loadavg)
+      .Set("transport", ctx.transport)
+      .Set("raw_mpi_transport", RawMpiTransport())
       .Set("runtime_version", std::string(hvdc_version() ? hvdc_version() : "?"));
+  if (ctx.transport == "tcp") j.Set("tcp_peers", ctx.tcp_peers);
   return j;
 }
 
@@ -320,7 +349,8 @@ void WriteResult(const Context& ctx, const Json& result) {
   if (!ctx.root()) return;
   std::string path = ctx.opts->Str("out", "");
   if (path.empty()) {
-    path = "bench/results/" + ctx.name + "-np" + std::to_string(ctx.size) + ".json";
+    path = "bench/results/" + ctx.name + (ctx.transport == "tcp" ? "-tcp" : "") + "-np" +
+           std::to_string(ctx.size) + ".json";
   }
   std::error_code ec;
   auto parent = std::filesystem::path(path).parent_path();
@@ -438,7 +468,8 @@ TensorSet LoadTensorSet(const Context& ctx, const std::string& spec) {
   }
   std::string file = spec.find(".txt") == std::string::npos ? spec + ".txt" : spec;
   std::string base = std::filesystem::path(file).filename().string();
-  if (ctx.opts->Has("tensor-dir")) candidates.push_back(ctx.opts->Str("tensor-dir", "") + "/" + base);
+  if (ctx.opts->Has("tensor-dir"))
+    candidates.push_back(ctx.opts->Str("tensor-dir", "") + "/" + base);
   candidates.push_back(std::string(HVDC_BENCH_TENSOR_DIR) + "/" + base);
   candidates.push_back("bench/tensor_sets/" + base);
   candidates.push_back("../shared/bench/tensor_sets/" + base);
@@ -553,7 +584,11 @@ Target AtMost(const std::string& what, double value, double limit, const char* u
 }
 
 Json Target::ToJson() const {
-  return Json::Object().Set("what", what).Set("value", value).Set("limit", limit).Set("met", met)
+  return Json::Object()
+      .Set("what", what)
+      .Set("value", value)
+      .Set("limit", limit)
+      .Set("met", met)
       .Set("text", text);
 }
 

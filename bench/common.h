@@ -55,15 +55,23 @@ Stats ComputeStats(std::vector<double> v);
 class Json {
  public:
   Json() : kind_(kNull) {}
-  Json(double v) : kind_(kNumber), num_(v) {}             // NOLINT(runtime/explicit)
-  Json(int v) : kind_(kNumber), num_(v) {}                // NOLINT
-  Json(int64_t v) : kind_(kNumber), num_(double(v)) {}    // NOLINT
-  Json(size_t v) : kind_(kNumber), num_(double(v)) {}     // NOLINT
-  Json(bool v) : kind_(kBool), bool_(v) {}                // NOLINT
-  Json(const char* v) : kind_(kString), str_(v) {}        // NOLINT
+  Json(double v) : kind_(kNumber), num_(v) {}                  // NOLINT(runtime/explicit)
+  Json(int v) : kind_(kNumber), num_(v) {}                     // NOLINT
+  Json(int64_t v) : kind_(kNumber), num_(double(v)) {}         // NOLINT
+  Json(size_t v) : kind_(kNumber), num_(double(v)) {}          // NOLINT
+  Json(bool v) : kind_(kBool), bool_(v) {}                     // NOLINT
+  Json(const char* v) : kind_(kString), str_(v) {}             // NOLINT
   Json(std::string v) : kind_(kString), str_(std::move(v)) {}  // NOLINT
-  static Json Object() { Json j; j.kind_ = kObject; return j; }
-  static Json Array() { Json j; j.kind_ = kArray; return j; }
+  static Json Object() {
+    Json j;
+    j.kind_ = kObject;
+    return j;
+  }
+  static Json Array() {
+    Json j;
+    j.kind_ = kArray;
+    return j;
+  }
   static Json FromStats(const Stats& s, double scale = 1.0);  // scale: e.g. 1e6 for µs
 
   Json& Set(const std::string& key, Json v);  // object; returns *this for chaining
@@ -89,14 +97,16 @@ struct Context {
                                   // barriers, result reductions); the runtime never sees it
   int rank = 0;
   int size = 1;
-  int cores = 1;                  // online CPUs on this host
-  int cpus_allowed = 1;           // CPUs in this rank's affinity mask (1 = bound to a core)
-  bool oversubscribed = false;    // size > cores
-  std::string name;               // benchmark name ("b1", ...)
-  std::set<int> pre_runtime_tids; // threads that existed before hvdc_init (main + MPI's own)
+  int cores = 1;                        // online CPUs on this host
+  int cpus_allowed = 1;                 // CPUs in this rank's affinity mask (1 = bound to a core)
+  bool oversubscribed = false;          // size > cores
+  std::string name;                     // benchmark name ("b1", ...)
+  std::set<int> pre_runtime_tids;       // threads that existed before hvdc_init (main + MPI's own)
   int64_t rss_after_mpi_init_kib = 0;   // VmRSS just before hvdc_init
   int64_t rss_after_hvdc_init_kib = 0;  // VmRSS just after it
   double init_seconds = 0;              // hvdc_init's wall time on this rank
+  std::string transport = "mpi";        // the runtime's transport: "mpi" or "tcp" (--transport)
+  std::string tcp_peers;                // HVDC_TCP_PEERS the ranks agreed on (--transport tcp)
   Options* opts = nullptr;
 
   bool root() const { return rank == 0; }
@@ -109,7 +119,8 @@ void Log(const Context& ctx, const char* fmt, ...) __attribute__((format(printf,
 [[noreturn]] void Fail(const Context& ctx, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-// Collective over ctx.comm: element-wise max over ranks of per-rank samples, returned on every rank.
+// Collective over ctx.comm: element-wise max over ranks of per-rank samples, returned on every
+// rank.
 std::vector<double> MaxOverRanks(const Context& ctx, const std::vector<double>& local);
 double MaxOverRanks(const Context& ctx, double local);
 double SumOverRanks(const Context& ctx, double local);
@@ -158,8 +169,8 @@ std::vector<ThreadInfo> ListThreads(const Context& ctx);
 // ---------------------------------------------------------------- tensor sets
 
 struct TensorSet {
-  std::string name;                // file stem, e.g. "resnet50_keras"
-  std::vector<int64_t> elements;   // fp32 element counts, in enqueue (backward) order
+  std::string name;               // file stem, e.g. "resnet50_keras"
+  std::vector<int64_t> elements;  // fp32 element counts, in enqueue (backward) order
   int64_t total_elements() const;
   int64_t total_bytes() const { return total_elements() * 4; }
 };

@@ -10,6 +10,10 @@
 #   bench/run.sh --build-dir DIR use (or make) that build; default build-bench at the repo root
 #   bench/run.sh --bin PATH      run that hvdc_bench binary, build nothing
 #   bench/run.sh --out-dir DIR   where the JSON goes; default bench/results
+#   bench/run.sh --transport tcp the runtime over its TCP transport (ports agreed over MPI), the
+#                                raw reference over Open MPI's TCP BTL, both on loopback
+#                                (--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo);
+#                                JSON as <b>-tcp-np<N>.json.  --tcp-iface IF: both on IF instead
 #   bench/run.sh -- --op average extra flags for every benchmark
 set -euo pipefail
 
@@ -22,6 +26,8 @@ ONLY=b0,b1,b2,b3,b4,b4i,b6
 TIMEOUT=900
 EXTRA=()
 BIN=
+TRANSPORT=mpi
+TCP_IFACE=lo
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -32,12 +38,25 @@ while [[ $# -gt 0 ]]; do
     --bin) BIN=$(realpath -m "$2"); shift ;;
     --out-dir) OUT=$(realpath -m "$2"); shift ;;
     --timeout) TIMEOUT=$2; shift ;;
+    --transport) TRANSPORT=$2; shift ;;
+    --tcp-iface) TCP_IFACE=$2; shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+
+case $TRANSPORT in
+  mpi) TAG= ; TRANSPORT_MCA=() ;;
+  # Both sides over the same TCP interface (lo by default): Open MPI with ob1 (not UCX) and only
+  # the TCP and self BTLs on it (its TCP BTL skips 127.0.0.0/8 unless told), the runtime
+  # listening on that interface's address.
+  tcp) TAG=-tcp
+       TRANSPORT_MCA=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$TCP_IFACE")
+       EXTRA=(--transport tcp --tcp-iface "$TCP_IFACE" "${EXTRA[@]}") ;;
+  *) echo "run.sh: --transport $TRANSPORT: expected mpi or tcp" >&2; exit 2 ;;
+esac
 
 # ---- build (2 cores: -j2 at most)
 if [[ -z $BIN ]]; then
@@ -81,7 +100,7 @@ flags() {
 
 run_np() {
   local np=$1
-  local launch=(mpirun --timeout "$TIMEOUT" -np "$np")
+  local launch=(mpirun --timeout "$TIMEOUT" -np "$np" "${TRANSPORT_MCA[@]}")
   if [[ $np -le $(nproc) ]]; then
     launch+=(--bind-to core)
   else
@@ -92,15 +111,15 @@ run_np() {
   local b
   for b in ${ONLY//,/ }; do
     echo
-    echo "################ $b  np=$np  $( [[ $np -gt $(nproc) ]] && echo oversubscribed || echo pinned )"
+    echo "################ $b  np=$np  $( [[ $np -gt $(nproc) ]] && echo oversubscribed || echo pinned )  transport $TRANSPORT"
     # shellcheck disable=SC2046
-    "${launch[@]}" "$BIN" "$b" --out "$OUT/$b-np$np.json" $(flags "$b" "$np") "${EXTRA[@]}" ||
-      { echo "run.sh: $b at np=$np FAILED (exit $?)" >&2; FAILED+=("$b-np$np"); }
+    "${launch[@]}" "$BIN" "$b" --out "$OUT/$b$TAG-np$np.json" $(flags "$b" "$np") "${EXTRA[@]}" ||
+      { echo "run.sh: $b at np=$np FAILED (exit $?)" >&2; FAILED+=("$b$TAG-np$np"); }
   done
 }
 
 FAILED=()
-echo "hvdc_bench suite: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "hvdc_bench suite: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), transport $TRANSPORT${TRANSPORT_MCA[*]:+ (mpirun ${TRANSPORT_MCA[*]})}"
 START=$SECONDS
 run_np 2
 if [[ $NP_EXTRA == 1 ]]; then
@@ -111,8 +130,11 @@ echo
 echo "suite finished in $((SECONDS - START)) s; JSON in $OUT"
 
 # The plot is optional: only where matplotlib is importable (PLOT_PYTHON picks the interpreter).
+# It draws the MPI runs' B0 (b0-np*.json): nothing to redraw after a TCP run.
 PY=${PLOT_PYTHON:-python3}
-if "$PY" -c 'import matplotlib' 2>/dev/null; then
+if [[ $TRANSPORT == tcp ]]; then
+  :
+elif "$PY" -c 'import matplotlib' 2>/dev/null; then
   "$PY" "$ROOT/bench/plot.py" "$OUT" || echo "run.sh: plot failed (not fatal)" >&2
 else
   echo "(no matplotlib for $PY: skipping the plot; PLOT_PYTHON=/path/to/python picks another)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarises hvdc_bench's JSON results as the Markdown table bench/README.md carries.
 
-    python3 bench/summarize.py [RESULTS_DIR]
+    python3 bench/summarize.py [RESULTS_DIR] [--transport tcp]
+
+--transport tcp reads the runs of `bench/run.sh --transport tcp` (<b>-tcp-np<N>.json) instead.
 
 Standard library only.
 """
@@ -11,9 +13,12 @@ import os
 import sys
 
 
+TAG = ""  # "-tcp" with --transport tcp
+
+
 def load(results, name):
     out = {}
-    for path in sorted(glob.glob(os.path.join(results, f"{name}-np*.json"))):
+    for path in sorted(glob.glob(os.path.join(results, f"{name}{TAG}-np*.json"))):
         with open(path) as f:
             r = json.load(f)
         out[r["np"]] = r
@@ -37,7 +42,13 @@ def ms(x):
 
 
 def main():
-    results = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "results")
+    global TAG
+    args = sys.argv[1:]
+    if "--transport" in args:
+        i = args.index("--transport")
+        TAG = "" if args[i + 1] == "mpi" else "-" + args[i + 1]
+        del args[i:i + 2]
+    results = args[0] if args else os.path.join(os.path.dirname(__file__), "results")
     rows = []
     add = rows.append
 
@@ -153,7 +164,7 @@ def main():
     loads = set()
     for name in ("b0", "b1", "b2", "b3", "b4", "b4i", "b6"):
         for _, r in load(results, name).items():
-            loads.add(f"{name}-np{r['np']}: {r.get('loadavg_at_end', '?').split(' ')[0]}")
+            loads.add(f"{name}{TAG}-np{r['np']}: {r.get('loadavg_at_end', '?').split(' ')[0]}")
     if loads:
         print()
         print("1-minute load average at the end of each run: " + ", ".join(sorted(loads)))
