@@ -182,6 +182,7 @@ Status Mesh::Send(int peer, uint32_t channel, const void* data, size_t bytes) {
     std::lock_guard<std::mutex> lock(m.mu);
     if (m.closed || m.closing) return Status::UnknownError("TCP transport: the mesh is closed");
     if (!p.error.ok()) return p.error;
+    if (m.EndedLocked()) return m.first_lost;
   }
   return m.WriteFrame(peer, channel, data, bytes);
 }

@@ -54,6 +54,10 @@ struct MeshOptions {
   // empty frame; a peer from which no byte arrives for peer_timeout is lost (stopped, hung or cut
   // off). Any received byte counts, so a long transfer never looks silent.
   std::chrono::milliseconds peer_timeout{0};
+  // A lost peer ends the job (the transport's choice): once one is lost, every waiting and later
+  // Send/Recv fails with its error, also towards the live peers -- a rank blocked on a live peer
+  // that itself gave up would otherwise wait forever. Off, the other peers stay usable.
+  bool end_on_loss = false;
   // Where the peer list came from, for error messages ("HVDC_TCP_PEERS").
   std::string source = "HVDC_TCP_PEERS";
 };

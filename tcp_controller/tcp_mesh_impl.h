@@ -120,6 +120,8 @@ class Mesh::Impl {
   bool closed = false;
   std::function<void(const Status&)> on_lost;  // guarded by mu; called with mu held
   Status first_lost;                           // guarded by mu: the first loss reported
+  // True once a peer is lost and options.end_on_loss: every call fails with first_lost (mu held).
+  bool EndedLocked() const { return options.end_on_loss && !first_lost.ok(); }
 };
 
 }  // namespace tcp

@@ -133,14 +133,15 @@ Status Mesh::Impl::RecvDirect(int peer, uint32_t channel, void* dst, size_t byte
     std::unique_lock<std::mutex> lock(mu);
     auto queued = inbox.find(key);
     const bool ready = (queued != inbox.end() && !queued->second.empty()) || !p.error.ok() ||
-                       p.eof || closed || closing || posted.count(key) > 0;
+                       p.eof || closed || closing || EndedLocked() || posted.count(key) > 0;
     if (!ready) {
       posted[key] = &post;
       cv.wait(lock, [&] {
         if (post.done) return true;
         if (post.taken) return false;
         auto it = inbox.find(key);
-        return (it != inbox.end() && !it->second.empty()) || !p.error.ok() || p.eof || closed;
+        return (it != inbox.end() && !it->second.empty()) || !p.error.ok() || p.eof || closed ||
+               EndedLocked();
       });
       if (post.done) {
         *direct = true;
@@ -209,6 +210,10 @@ bool Mesh::TryRecv(int peer, uint32_t channel, std::string* message, Status* sta
     *status = m.peers[peer].error;
     return true;
   }
+  if (m.EndedLocked()) {
+    *status = m.first_lost;
+    return true;
+  }
   if (m.closed || m.peers[peer].eof) {
     *status = Status::UnknownError(fmt::format(
         "TCP transport: {} has shut down (nothing more will arrive)", m.Describe(peer)));
@@ -226,7 +231,8 @@ Status Mesh::Recv(int peer, uint32_t channel, std::string* message) {
   Peer& p = m.peers[peer];
   m.cv.wait(lock, [&] {
     auto it = m.inbox.find(key);
-    return (it != m.inbox.end() && !it->second.empty()) || !p.error.ok() || p.eof || m.closed;
+    return (it != m.inbox.end() && !it->second.empty()) || !p.error.ok() || p.eof || m.closed ||
+           m.EndedLocked();
   });
   lock.unlock();
   TryRecv(peer, channel, message, &status);

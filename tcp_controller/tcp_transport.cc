@@ -133,6 +133,8 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
   options.timeout = std::chrono::seconds(config.gloo_timeout_s);
   options.peer_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.peer_timeout_s * 1000.0));
+  // The runtime ends the job on a lost peer: no operation may stay blocked on a live one.
+  options.end_on_loss = true;
   std::unique_ptr<tcp::HttpStore> store;
   if (id.peers.empty()) {
     HVDC_RETURN_IF_ERROR(tcp::HttpStore::Create(id.rendezvous_host, id.rendezvous_port, "global",

@@ -497,6 +497,39 @@ TEST(TcpMesh, UnreachableRendezvousService) {
 namespace hvdc {
 namespace {
 
+// With end_on_loss (the transport's setting) a lost peer ends every wait, also on live peers: rank
+// 0 waits on rank 1, alive but silent, when rank 2 (which sends no heartbeats) is found lost.
+TEST(TcpMesh, EndOnLossFailsWaitsOnLivePeers) {
+  const int n = 3;
+  tcp::InMemoryStore store;
+  std::vector<std::shared_ptr<Mesh>> meshes(n);
+  RunRanks(n, [&](int r) {
+    tcp::MeshOptions o = tcp_test::StoreOptions(&store, r, n);
+    if (r < 2) {
+      o.peer_timeout = std::chrono::milliseconds(tcp_test::kSanitizedBuild ? 4000 : 1000);
+      o.end_on_loss = true;
+    }
+    Status s = Mesh::Create(o, &meshes[r]);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+  for (auto& m : meshes) ASSERT_TRUE(m);
+  std::string small;
+  std::vector<char> big(1 << 20);
+  Status queued, posted;
+  std::thread a([&] { queued = meshes[0]->Recv(1, 3, &small); });
+  std::thread b([&] { posted = meshes[0]->RecvInto(1, 4, big.data(), big.size()); });
+  a.join();
+  b.join();
+  const char byte = 1;
+  for (const Status& s : {queued, posted, meshes[0]->Send(1, 3, &byte, 1)}) {
+    EXPECT_EQ(s.code(), StatusCode::kPeerLost) << s.ToString();
+    EXPECT_NE(s.message().find("rank 2 (127.0.0.1:"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("sent nothing for"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(meshes[0]->PeerStatus(1).ok());  // rank 1 itself did nothing wrong
+  RunRanks(n, [&](int r) { meshes[r]->Close(); });
+}
+
 // Heartbeats keep idle live peers alive, a large transfer is no silence, and an orderly close is
 // no loss (tcp_peer_loss_test covers the real losses: processes killed or stopped).
 TEST(TcpMesh, HeartbeatsKeepIdlePeersAndReportLoss) {
