@@ -197,6 +197,41 @@ def test_tf_config_job_started_by_hand(tmp_path, with_chief):
 
 
 @pytest.mark.timeout(600)
+def test_keras_strategy_from_tf_config_by_hand(tmp_path):
+    """examples/keras_strategy.py (HorovodStrategy, model.fit) as two workers an orchestrator would
+    start: nothing but TF_CONFIG, no launcher, no gRPC server; the TCP transport carries it."""
+    addresses = [f"localhost:{p}" for p in _free_ports(2)]
+    checkpoint = tmp_path / "strategy.weights.h5"
+    procs = []
+    try:
+        for index in (1, 0):
+            env = _env()
+            env["TF_CONFIG"] = json.dumps({"cluster": {"worker": addresses},
+                                           "task": {"type": "worker", "index": index}})
+            env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = "120"
+            procs.append(subprocess.Popen(
+                [sys.executable, os.path.join(EXAMPLES, "keras_strategy.py"), "--short",
+                 "--checkpoint", str(checkpoint)],
+                cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True))
+        outputs = [p.communicate(timeout=540)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    both = "\n".join(o[-6000:] for o in outputs)
+    assert [p.returncode for p in procs] == [0, 0], both
+    rank0 = outputs[1]   # started second: task index 0
+    diff = re.findall(r"Max weight difference from rank 0: (\S+)", rank0)
+    accuracy = re.findall(r"Test accuracy: ([\d.]+)", rank0)
+    assert len(diff) == 1 and float(diff[0]) == 0.0, both
+    assert len(accuracy) == 1 and float(accuracy[0]) > 0.6, both
+    assert "Test accuracy" not in outputs[0], both   # only rank 0 reports
+    assert checkpoint.exists()
+
+
+@pytest.mark.timeout(600)
 def test_example_under_horovodrun_gloo(tmp_path):
     cmd = [sys.executable, "-m", "horovod_compat.runner.launch", "--gloo", "-np", "2",
            "--gloo-timeout-seconds", "120", sys.executable,
