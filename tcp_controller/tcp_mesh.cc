@@ -189,13 +189,8 @@ Status Mesh::Send(int peer, uint32_t channel, const void* data, size_t bytes) {
 
 Status Mesh::SendLarge(int peer, uint32_t channel, const void* data, size_t bytes) {
   const auto* p = static_cast<const uint8_t*>(data);
-  size_t offset = 0;
-  do {
-    const size_t n = std::min<size_t>(bytes - offset, kMaxFrameBytes);
-    HVDC_RETURN_IF_ERROR(Send(peer, channel, p + offset, n));
-    offset += n;
-  } while (offset < bytes);
-  return Status::OK();
+  return ForEachFrame(bytes,
+                      [&](size_t offset, size_t n) { return Send(peer, channel, p + offset, n); });
 }
 
 Status Mesh::PeerStatus(int peer) {

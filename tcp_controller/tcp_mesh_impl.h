@@ -2,6 +2,7 @@
 // tcp_mesh_setup.cc (listening, rendezvous and connecting).
 #pragma once
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +28,19 @@ using asio::ip::tcp;
 // The key of a (peer, channel) queue: peer << 32 | channel.
 inline uint64_t Key(int peer, uint32_t channel) {
   return (static_cast<uint64_t>(peer) << 32) | channel;
+}
+
+// Calls piece(offset, n) for each frame a message of `bytes` is split into (Mesh::kMaxFrameBytes
+// at most; one empty frame for an empty message), stopping at the first error.
+template <typename Piece>
+Status ForEachFrame(size_t bytes, Piece piece) {
+  size_t offset = 0;
+  do {
+    const size_t n = std::min<size_t>(bytes - offset, Mesh::kMaxFrameBytes);
+    HVDC_RETURN_IF_ERROR(piece(offset, n));
+    offset += n;
+  } while (offset < bytes);
+  return Status::OK();
 }
 
 // An empty frame on this channel says "I am closing in order": the end of the connection that

@@ -274,13 +274,8 @@ void Mesh::Recycle(std::string&& message) {
 
 Status Mesh::RecvLarge(int peer, uint32_t channel, void* dst, size_t bytes) {
   auto* p = static_cast<uint8_t*>(dst);
-  size_t offset = 0;
-  do {
-    const size_t n = std::min<size_t>(bytes - offset, kMaxFrameBytes);
-    HVDC_RETURN_IF_ERROR(RecvInto(peer, channel, p + offset, n));
-    offset += n;
-  } while (offset < bytes);
-  return Status::OK();
+  return ForEachFrame(
+      bytes, [&](size_t offset, size_t n) { return RecvInto(peer, channel, p + offset, n); });
 }
 
 }  // namespace tcp
