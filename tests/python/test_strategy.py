@@ -498,6 +498,35 @@ def test_checkpoint_saved_on_rank0_restored_on_all(strategy, tmp_path):
     assert_identical_on_all_ranks(restored.get_weights())
 
 
+def test_model_checkpoint_callback_on_rank0(strategy, tmp_path):
+    """Keras' ModelCheckpoint on rank 0 only (Horovod's rule; it reads mirrored weights, no
+    collective), beside a callback on every rank: each epoch's file holds that epoch's weights."""
+    x, y = global_data()
+    directory = hvd.broadcast_object(str(tmp_path), root_rank=0)  # rank 0's folder, one host
+    pattern = os.path.join(directory, "epoch{epoch:02d}.weights.h5")
+    with strategy.scope():
+        model = build_model(initial_weights())
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(flat(self.model.get_weights()))
+
+    callbacks = [Record()]
+    if hvd.rank() == 0:
+        callbacks.append(keras.callbacks.ModelCheckpoint(pattern, save_weights_only=True))
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0,
+              callbacks=callbacks)
+    hvd.barrier()
+    assert sorted(os.listdir(directory)) == ["epoch01.weights.h5", "epoch02.weights.h5"]
+    for epoch in (1, 2):
+        loaded = build_model()
+        loaded.load_weights(pattern.format(epoch=epoch))
+        np.testing.assert_array_equal(flat(loaded.get_weights()), seen[epoch - 1])
+    assert_identical_on_all_ranks(model.get_weights())
+
+
 def test_mixed_precision_fit_matches_single_process(strategy):
     x, y = global_data()
 
