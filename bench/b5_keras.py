@@ -57,6 +57,9 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--hvd-num-groups", type=int, default=0,
+                   help="hvd: DistributedOptimizer(num_groups=N); 0 (default) = one allreduce per\n"
+                        "gradient, 1 = all gradients in one grouped allreduce (as the strategy does)")
     p.add_argument("--workers", type=int, default=2, help="mwms: number of worker processes")
     p.add_argument("--implementation", choices=["ring", "auto"], default="ring")
     p.add_argument("--worker-timeout", type=float, default=300.0)
@@ -182,7 +185,8 @@ def run_hvd(args):
     ds = tf.data.Dataset.from_tensor_slices((x[idx], y[idx])).batch(args.batch).repeat()
 
     model = build_model(keras, args)
-    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=args.lr))
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=args.lr),
+                                   num_groups=args.hvd_num_groups)
     compile_model(model, keras, opt)
     timer = make_timer(keras)
     t0 = time.perf_counter()
@@ -190,7 +194,8 @@ def run_hvd(args):
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), timer])
     fit_s = time.perf_counter() - t0
 
-    result = mpi_result(args, "hvd", hvd, tf, model, timer, fit_s)
+    result = mpi_result(args, "hvd", hvd, tf, model, timer, fit_s,
+                        {"hvd_num_groups": args.hvd_num_groups})
     hvd.shutdown()
     if not result["weights_identical_across_ranks"]:
         sys.exit(3)
