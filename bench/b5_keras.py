@@ -5,13 +5,21 @@ A wide MLP (input 1024 synthetic features, Dense 2048-wide hidden layers, 10 cla
 parameters), small per-rank batch, synthetic data from a fixed seed, plain SGD, trained with
 ``model.fit`` for ``--warmup`` + ``--steps`` steps. Each train batch is timed with
 ``time.perf_counter`` in a callback (on_train_batch_begin -> on_train_batch_end, after reading the
-loss so the step has really finished). Both modes use the same global batch (per-rank batch x 2),
+loss so the step has really finished). All modes use the same global batch (per-rank batch x 2),
 the same seed, the same optimizer, and 1 intra-op / 1 inter-op thread per process.
 
   --mode hvd   run under mpirun/horovodrun -np 2: horovod_compat.tensorflow.keras
                DistributedOptimizer(SGD) + BroadcastGlobalVariablesCallback(0). Checks at the end
                that the weights are identical on every rank (allgather of a checksum) while each
                rank trained on different data (so the gradients really were averaged).
+  --mode strategy
+               run under mpirun/horovodrun -np 2: horovod_compat.tensorflow.distribute.
+               HorovodStrategy; build + compile in strategy.scope(), model.fit on
+               strategy.distribute_datasets_from_function (each rank builds only its shard: the
+               same rows as hvd mode, per-replica batch from the InputContext) or, with
+               --strategy-input global, on the global batches distributed by Keras through
+               strategy.experimental_distribute_dataset (TF's DATA auto-sharding, as for MWMS).
+               The same weight check as hvd mode.
   --mode mwms  spawns 2 worker processes on 127.0.0.1 (two free ports) with TF_CONFIG and runs
                tf.distribute.MultiWorkerMirroredStrategy (RING collectives over gRPC).
 
@@ -32,7 +40,14 @@ import time
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--mode", choices=["hvd", "mwms", "mwms-worker"], required=True)
+    p.add_argument("--mode", choices=["hvd", "strategy", "mwms", "mwms-worker"], required=True)
+    p.add_argument("--strategy-input", choices=["function", "global"], default="function",
+                   help="strategy mode: distribute_datasets_from_function over each rank's shard\n"
+                        "(default) or the global batches auto-sharded by the strategy")
+    p.add_argument("--model", choices=["mlp", "resnet50"], default="mlp",
+                   help="mlp (the wide MLP, default) or resnet50 (keras.applications.ResNet50,\n"
+                        "weights=None, --image-size square RGB inputs, --classes outputs)")
+    p.add_argument("--image-size", type=int, default=64, help="resnet50: height = width")
     p.add_argument("--batch", type=int, default=32, help="per-rank batch (global = batch x 2)")
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--hidden", type=int, default=6, help="number of hidden Dense layers")
@@ -42,6 +57,9 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--hvd-num-groups", type=int, default=0,
+                   help="hvd: DistributedOptimizer(num_groups=N); 0 (default) = one allreduce per\n"
+                        "gradient, 1 = all gradients in one grouped allreduce (as the strategy does)")
     p.add_argument("--workers", type=int, default=2, help="mwms: number of worker processes")
     p.add_argument("--implementation", choices=["ring", "auto"], default="ring")
     p.add_argument("--worker-timeout", type=float, default=300.0)
@@ -86,6 +104,10 @@ def make_data(args, n_global_batches):
     rng = np.random.default_rng(args.seed)
     g = args.batch * args.workers
     n = n_global_batches * g
+    if args.model == "resnet50":
+        x = rng.standard_normal((n, args.image_size, args.image_size, 3), dtype=np.float32)
+        y = rng.integers(0, args.classes, size=n).astype(np.int32)
+        return x, y
     x = rng.standard_normal((n, args.features), dtype=np.float32)
     teacher = rng.standard_normal((args.features, args.classes), dtype=np.float32)
     y = np.argmax(x @ teacher, axis=1).astype(np.int32)
@@ -93,6 +115,10 @@ def make_data(args, n_global_batches):
 
 
 def build_model(keras, args):
+    if args.model == "resnet50":
+        return keras.applications.ResNet50(
+            weights=None, input_shape=(args.image_size, args.image_size, 3), classes=args.classes,
+            classifier_activation=None)
     layers = [keras.Input(shape=(args.features,))]
     for _ in range(args.hidden):
         layers.append(keras.layers.Dense(args.width, activation="relu"))
@@ -118,11 +144,22 @@ def make_timer(keras):
     return StepTimer()
 
 
+def model_info(args, model):
+    trainable = int(sum(int(w.numpy().size) for w in model.trainable_weights))
+    info = {"model": args.model, "params": int(model.count_params()),
+            "trainable_params": trainable, "grad_bytes": trainable * 4}
+    if args.model == "resnet50":
+        info["image_size"] = args.image_size
+    return info
+
+
 def weight_checksum(model):
+    """(sum, sum |w|) in fp64 over the trainable weights (the MLP has no others; ResNet-50's
+    BatchNorm moving statistics are per rank under DistributedOptimizer, as in Horovod)."""
     import numpy as np
     s, a = 0.0, 0.0
-    for w in model.get_weights():
-        w64 = np.asarray(w, dtype=np.float64)
+    for w in model.trainable_weights:
+        w64 = np.asarray(w.numpy(), dtype=np.float64)
         s += float(w64.sum())
         a += float(np.abs(w64).sum())
     return s, a
@@ -137,21 +174,19 @@ def compile_model(model, keras, optimizer):
 # ----------------------------------------------------------------------------------------- hvd
 def run_hvd(args):
     tf, keras = setup_tf(args.seed)
-    import numpy as np
     import horovod_compat.tensorflow.keras as hvd
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     args.workers = size
     total = args.warmup + args.steps
     x, y = make_data(args, total)
-    g = args.batch * size
     # rank r takes rows [i*G + r*b, i*G + (r+1)*b) of global batch i: same global batches as MWMS
-    idx = np.concatenate([np.arange(i * g + rank * args.batch, i * g + (rank + 1) * args.batch)
-                          for i in range(total)])
+    idx = shard_rows(args, rank, total)
     ds = tf.data.Dataset.from_tensor_slices((x[idx], y[idx])).batch(args.batch).repeat()
 
     model = build_model(keras, args)
-    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=args.lr))
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=args.lr),
+                                   num_groups=args.hvd_num_groups)
     compile_model(model, keras, opt)
     timer = make_timer(keras)
     t0 = time.perf_counter()
@@ -159,6 +194,28 @@ def run_hvd(args):
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), timer])
     fit_s = time.perf_counter() - t0
 
+    result = mpi_result(args, "hvd", hvd, tf, model, timer, fit_s,
+                        {"hvd_num_groups": args.hvd_num_groups})
+    hvd.shutdown()
+    if not result["weights_identical_across_ranks"]:
+        sys.exit(3)
+
+
+def shard_rows(args, rank, total):
+    """Row indices of rank ``rank``'s share: rows [i*G + r*b, i*G + (r+1)*b) of global batch i."""
+    import numpy as np
+    g = args.batch * args.workers
+    return np.concatenate([np.arange(i * g + rank * args.batch, i * g + (rank + 1) * args.batch)
+                           for i in range(total)])
+
+
+def mpi_result(args, mode, hvd, tf, model, timer, fit_s, extra=None):
+    """Checks the weights across ranks, gathers the step times; rank 0 prints/writes the result.
+
+    Every rank must call this (two allgathers). Returns the result (on every rank; the per-rank
+    checksums are the same everywhere)."""
+    import numpy as np
+    rank, size = hvd.rank(), hvd.size()
     # correctness: identical weights on all ranks although each rank saw different rows
     s, a = weight_checksum(model)
     gathered = hvd.allgather(tf.constant([[s, a]], dtype=tf.float64)).numpy()
@@ -166,22 +223,61 @@ def run_hvd(args):
     # per-step max over ranks as well (BENCHMARKS.md convention)
     meas = np.array(timer.times[args.warmup:], dtype=np.float64)
     all_t = hvd.allgather(tf.constant(meas[None, :])).numpy()
-    result = None
+    g = args.batch * size
+    result = {
+        "mode": mode, "np": size, "per_rank_batch": args.batch, "global_batch": g,
+        **model_info(args, model),
+        "warmup": args.warmup, "steps": args.steps,
+        "rank0": summarize(list(meas)), "max_over_ranks": summarize(list(all_t.max(axis=0))),
+        "warmup_ms": [t * 1e3 for t in timer.times[:args.warmup]],
+        "final_loss": timer.losses[-1], "first_loss": timer.losses[0],
+        "weight_checksum": gathered[0].tolist(),
+        "weights_identical_across_ranks": same,
+        "checksums_per_rank": gathered.tolist(), "fit_s": fit_s,
+    }
+    result.update(extra or {})
     if rank == 0:
-        result = {
-            "mode": "hvd", "np": size, "per_rank_batch": args.batch, "global_batch": g,
-            "params": int(model.count_params()), "grad_bytes": int(model.count_params()) * 4,
-            "warmup": args.warmup, "steps": args.steps,
-            "rank0": summarize(list(meas)), "max_over_ranks": summarize(list(all_t.max(axis=0))),
-            "warmup_ms": [t * 1e3 for t in timer.times[:args.warmup]],
-            "final_loss": timer.losses[-1], "first_loss": timer.losses[0],
-            "weight_checksum": gathered[0].tolist(),
-            "weights_identical_across_ranks": same,
-            "checksums_per_rank": gathered.tolist(), "fit_s": fit_s,
-        }
         finish(args, result)
+    return result
+
+
+# ------------------------------------------------------------------------------------ strategy
+def run_strategy(args):
+    tf, keras = setup_tf(args.seed)
+    import horovod_compat.tensorflow as hvd
+    strategy = hvd.distribute.HorovodStrategy()  # calls hvd.init()
+    size = hvd.size()
+    assert strategy.num_replicas_in_sync == size, (strategy.num_replicas_in_sync, size)
+    args.workers = size
+    total = args.warmup + args.steps
+    x, y = make_data(args, total)
+    g = args.batch * size
+    if args.strategy_input == "function":
+        def dataset_fn(ctx):
+            # this input pipeline's (= rank's) rows only, the same as hvd mode's
+            per_replica = ctx.get_per_replica_batch_size(g)
+            assert per_replica == args.batch and ctx.num_input_pipelines == size, \
+                (per_replica, ctx.num_input_pipelines)
+            idx = shard_rows(args, ctx.input_pipeline_id, total)
+            return tf.data.Dataset.from_tensor_slices((x[idx], y[idx])).batch(per_replica).repeat()
+        ds = strategy.distribute_datasets_from_function(dataset_fn)
+    else:
+        # global batches; fit() hands them to strategy.experimental_distribute_dataset, whose
+        # DATA auto-sharding gives rank r half r of each (the same rows as hvd mode)
+        opts = tf.data.Options()
+        opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(g).repeat().with_options(opts)
+    with strategy.scope():
+        model = build_model(keras, args)
+        compile_model(model, keras, keras.optimizers.SGD(learning_rate=args.lr))
+    timer = make_timer(keras)
+    t0 = time.perf_counter()
+    model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, callbacks=[timer])
+    fit_s = time.perf_counter() - t0
+    result = mpi_result(args, "strategy", hvd, tf, model, timer, fit_s,
+                        {"strategy_input": args.strategy_input})
     hvd.shutdown()
-    if not same:
+    if not result["weights_identical_across_ranks"]:
         sys.exit(3)
 
 
@@ -210,6 +306,7 @@ def run_mwms_parent(args):
                "--task-index", str(i), "--ports", ",".join(map(str, ports)), "--worker-out", out,
                "--batch", str(args.batch), "--width", str(args.width), "--hidden", str(args.hidden),
                "--features", str(args.features), "--classes", str(args.classes),
+               "--model", args.model, "--image-size", str(args.image_size),
                "--warmup", str(args.warmup), "--steps", str(args.steps), "--lr", str(args.lr),
                "--seed", str(args.seed), "--workers", str(args.workers),
                "--implementation", args.implementation]
@@ -237,8 +334,8 @@ def run_mwms_parent(args):
     w0 = per[0]
     result = {
         "mode": "mwms", "np": args.workers, "per_rank_batch": args.batch,
-        "global_batch": args.batch * args.workers, "params": w0["params"],
-        "grad_bytes": w0["params"] * 4, "warmup": args.warmup, "steps": args.steps,
+        "global_batch": args.batch * args.workers, **w0["info"],
+        "warmup": args.warmup, "steps": args.steps,
         "implementation": args.implementation, "ports": ports,
         "rank0": summarize(list(meas[0])), "max_over_ranks": summarize(list(meas.max(axis=0))),
         "warmup_ms": [x * 1e3 for x in t[0, :args.warmup]],
@@ -301,7 +398,7 @@ def run_mwms_worker(args):
     s, a = weight_checksum(model)
     with open(args.worker_out, "w") as f:
         json.dump({"times": timer.times, "losses": timer.losses, "checksum": [s, a],
-                   "params": int(model.count_params()), "fit_s": fit_s}, f)
+                   "info": model_info(args, model), "fit_s": fit_s}, f)
 
 
 def finish(args, result):
@@ -310,7 +407,7 @@ def finish(args, result):
         with open(args.json, "w") as f:
             f.write(line + "\n")
     r = result
-    print(f"b5 {r['mode']}: np={r['np']} params={r['params']/1e6:.1f}M global_batch="
+    print(f"b5 {r['mode']}: {r['model']} np={r['np']} params={r['params']/1e6:.1f}M global_batch="
           f"{r['global_batch']} step median {r['rank0']['median_ms']:.1f} ms p90 "
           f"{r['rank0']['p90_ms']:.1f} ms (max over ranks: median "
           f"{r['max_over_ranks']['median_ms']:.1f} p90 {r['max_over_ranks']['p90_ms']:.1f}); "
@@ -323,6 +420,8 @@ def main():
     args = parse_args()
     if args.mode == "hvd":
         run_hvd(args)
+    elif args.mode == "strategy":
+        run_strategy(args)
     elif args.mode == "mwms":
         run_mwms_parent(args)
     else:
