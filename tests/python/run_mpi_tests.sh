@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs the horovod_compat TensorFlow test-suite: one process without a launcher, then under
-# `mpirun -np 2` and `mpirun -np 3` (oversubscribed). Exits non-zero if any run fails.
+# `mpirun -np 2` and `mpirun -np 3` (oversubscribed), then the collectives suite at np=2 over the
+# TCP transport (`horovodrun --gloo`). Exits non-zero if any run fails.
 #
 #   tests/python/run_mpi_tests.sh [extra pytest arguments, e.g. -k allreduce]
 #   PYTHON=...              interpreter (default: .venv/bin/python)
 #   HVDC_TEST_NPS="1 2 3"   which world sizes to run
 #   HVDC_TEST_TIMEOUT=1800  mpirun --timeout per world size (seconds)
+#   HVDC_TEST_GLOO="test_collectives.py"  suites also run at np=2 over the TCP transport
+#                           (horovodrun --gloo); empty = none
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -35,6 +38,12 @@ exec "\$@" > "$LOGDIR/np\${OMPI_COMM_WORLD_SIZE}-rank\$rank.log" 2>&1
 SH
 chmod +x "$LOGDIR/rank.sh"
 
+# The same for `horovodrun --gloo` (the launcher's ranks carry HOROVOD_RANK, not OMPI_*).
+sed 's/OMPI_COMM_WORLD_RANK/HOROVOD_RANK/; s/OMPI_COMM_WORLD_SIZE/HOROVOD_SIZE/' "$LOGDIR/rank.sh" \
+  > "$LOGDIR/gloo_rank.sh"
+chmod +x "$LOGDIR/gloo_rank.sh"
+GLOO_SUITES="${HVDC_TEST_GLOO-test_collectives.py}"
+
 status=0
 for np in $NPS; do
   echo "=== horovod_compat TensorFlow tests, np=$np ==="
@@ -61,4 +70,24 @@ for np in $NPS; do
   echo "=== np=$np: exit code $rc ==="
   [[ $rc == 0 ]] || status=1
 done
+
+# Every collective and dtype over the TCP transport, launched as a user would: horovodrun --gloo.
+if [[ -n "$GLOO_SUITES" ]]; then
+  echo "=== horovod_compat TensorFlow tests over the TCP transport: horovodrun --gloo -np 2 ==="
+  suites=()
+  for s in $GLOO_SUITES; do suites+=("$ROOT/tests/python/$s"); done
+  (cd "$ROOT" && timeout $((TIMEOUT + 60)) "$PY" -m horovod_compat.runner.launch --gloo -np 2 \
+    --gloo-timeout-seconds 120 "$LOGDIR/gloo_rank.sh" "$PY" -m pytest "${suites[@]}" \
+    -p no:cacheprovider --timeout 300 -q -rfE "$@")
+  rc=$?
+  if [[ $rc != 0 ]]; then
+    for log in "$LOGDIR"/np2-rank*.log; do
+      [[ -f "$log" ]] || continue
+      echo "--- tail of $log ---"
+      tail -n 40 "$log"
+    done
+  fi
+  echo "=== gloo np=2: exit code $rc ==="
+  [[ $rc == 0 ]] || status=1
+fi
 exit $status
