@@ -3,6 +3,11 @@
 Run as one process and under ``mpirun -np 2/3``. Expected values are computed in the test: the
 reference is the same model trained by plain Keras / TensorFlow, without a strategy, on the
 global batches in input order (every rank computes it locally).
+
+With ``HVDC_TEST_STRATEGY=mwms`` the same tests run against
+``tf.distribute.MultiWorkerMirroredStrategy`` (strategy_under_test.py): tests of what only
+HorovodStrategy offers are skipped, tests where MWMS gives another answer are expected failures;
+each reason says what MWMS does.
 """
 
 import json
@@ -15,6 +20,7 @@ import tensorflow as tf
 
 import horovod_compat.tensorflow as hvd
 from horovod_compat.tensorflow.distribute import HorovodStrategy, shard_and_rebatch_dataset
+from strategy_under_test import UNDER_MWMS, create_strategy, horovod_only, mwms_differs
 
 FEATURES = 3
 GLOBAL_BATCH = 12  # divisible by 1, 2 and 3 ranks
@@ -23,7 +29,7 @@ ROWS = 4 * GLOBAL_BATCH
 
 @pytest.fixture(scope="module")
 def strategy():
-    return HorovodStrategy()
+    return create_strategy()
 
 
 def global_data(rows=ROWS, seed=7):
@@ -265,9 +271,11 @@ def embedding_model(weights=None):
     return model
 
 
-@pytest.mark.parametrize("sparse_as_dense", [False, True])
+@pytest.mark.parametrize("sparse_as_dense", [
+    False, pytest.param(True, marks=horovod_only("MWMS has no sparse_as_dense option"))])
 def test_sparse_gradients(sparse_as_dense):
-    strategy = HorovodStrategy(sparse_as_dense=sparse_as_dense)
+    strategy = create_strategy() if UNDER_MWMS else HorovodStrategy(
+        sparse_as_dense=sparse_as_dense)
     rng = np.random.RandomState(9)
     x = rng.randint(0, 10, size=(ROWS, 2)).astype(np.int32)
     y = rng.randn(ROWS, 1).astype(np.float32)
@@ -285,6 +293,7 @@ def test_sparse_gradients(sparse_as_dense):
                                rtol=1e-4, atol=1e-5)
 
 
+@horovod_only("checks HorovodCrossDeviceOps.all_reduce_list, which MWMS's cross-device ops lack")
 def test_sparse_gradients_are_allgathered_not_densified(strategy):
     local = tf.IndexedSlices(values=tf.fill([1, 2], float(hvd.rank() + 1)),
                              indices=tf.constant([hvd.rank() % 3], tf.int64),
@@ -360,6 +369,7 @@ def test_experimental_distribute_dataset_covers_each_global_batch(strategy):
 
 # -- dataset helper -------------------------------------------------------------------------------
 
+@horovod_only("shard_and_rebatch_dataset is horovod_compat's helper, not part of MWMS")
 def test_shard_and_rebatch_dataset():
     size, rank = hvd.size(), hvd.rank()
     global_batch = 2 * size
@@ -392,6 +402,8 @@ def addresses(n):
     return [f"localhost:{20000 + i}" for i in range(n)]
 
 
+@horovod_only("MWMS is made once per process and starts its own server from the cluster; "
+              "there is no launcher's rank and size for it to agree with")
 def test_cluster_resolver_that_agrees_is_accepted():
     size, rank = hvd.size(), hvd.rank()
     if size == 1:
@@ -404,6 +416,7 @@ def test_cluster_resolver_that_agrees_is_accepted():
     assert strategy.num_replicas_in_sync == size
 
 
+@horovod_only("MWMS takes its rank and size from the cluster; there is no launcher to disagree")
 def test_cluster_resolver_that_disagrees_names_both():
     size, rank = hvd.size(), hvd.rank()
     resolver = simple_resolver({"worker": addresses(size + 1)}, "worker", rank)
@@ -411,6 +424,7 @@ def test_cluster_resolver_that_disagrees_names_both():
         HorovodStrategy(cluster_resolver=resolver)
 
 
+@horovod_only("MWMS takes its rank and size from TF_CONFIG; there is no launcher to disagree")
 def test_tf_config_that_disagrees_is_refused(monkeypatch):
     size, rank = hvd.size(), hvd.rank()
     monkeypatch.setenv("TF_CONFIG", json.dumps({
@@ -420,6 +434,8 @@ def test_tf_config_that_disagrees_is_refused(monkeypatch):
         HorovodStrategy()
 
 
+@horovod_only("the error is HorovodStrategy's; MWMS is made once per process, so a second one "
+              "with a ps cluster cannot be tried here")
 def test_parameter_servers_are_refused():
     resolver = simple_resolver({"worker": addresses(hvd.size()), "ps": addresses(1)},
                                "worker", hvd.rank())
@@ -427,6 +443,7 @@ def test_parameter_servers_are_refused():
         HorovodStrategy(cluster_resolver=resolver)
 
 
+@horovod_only("MWMS runs one replica per local GPU; one device per process is our rule")
 def test_more_than_one_device_per_process_is_refused(monkeypatch):
     resolver = simple_resolver({"worker": addresses(hvd.size())}, "worker", hvd.rank(),
                                num_accelerators={"GPU": 2})
@@ -441,6 +458,7 @@ def test_more_than_one_device_per_process_is_refused(monkeypatch):
         HorovodStrategy()
 
 
+@horovod_only("error messages of HorovodStrategy's constructor")
 def test_bad_arguments():
     with pytest.raises(ValueError, match="CommunicationOptions"):
         HorovodStrategy(communication_options="ring")
@@ -448,7 +466,9 @@ def test_bad_arguments():
         HorovodStrategy(cluster_resolver={"worker": addresses(1)})
 
 
-
+@horovod_only("MWMS lets Keras compile the train step with XLA (jit_compile stays True); "
+              "turning it off with a warning is HorovodStrategy's, whose collectives have no XLA "
+              "lowering")
 def test_xla_is_turned_off_with_a_warning(strategy):
     with strategy.scope():
         model = build_model(initial_weights())
@@ -584,3 +604,101 @@ def test_loss_scale_skips_a_step_on_every_rank_when_one_rank_overflows(strategy)
     model.fit(x[GLOBAL_BATCH:], y[GLOBAL_BATCH:], batch_size=GLOBAL_BATCH, epochs=1,
               shuffle=False, verbose=0)
     assert_identical_on_all_ranks(model.get_weights())
+
+
+# -- reading metrics and per-replica (SyncOnRead) variables outside strategy.run ------------------
+
+def sync_on_read_variable(aggregation):
+    return tf.Variable(0.0, synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=aggregation)
+
+
+def test_metric_and_per_replica_variable_read_on_every_rank_give_job_wide_values(strategy):
+    size = hvd.size()
+    with strategy.scope():
+        metric = keras.metrics.Mean()
+        total = sync_on_read_variable(tf.VariableAggregation.SUM)
+        mean = sync_on_read_variable(tf.VariableAggregation.MEAN)
+        first = sync_on_read_variable(tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def update():
+        # Replica r (= rank r) adds r + 1 to each, and r + 1 and 10 (r + 1) to the metric.
+        value = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1,
+                        tf.float32)
+        metric.update_state(tf.stack([value, 10.0 * value]))
+        for v in (total, mean, first):
+            v.assign_add(value)
+
+    strategy.run(update)
+    shares = np.arange(1, size + 1, dtype=np.float64)
+    assert float(metric.result()) == pytest.approx(np.concatenate([shares, 10 * shares]).mean())
+    assert float(total.read_value()) == pytest.approx(shares.sum())
+    assert float(mean.read_value()) == pytest.approx(shares.mean())
+    # ONLY_FIRST_REPLICA: the local value, read without a collective (under MWMS too).
+    assert float(first.read_value()) == pytest.approx(hvd.rank() + 1)
+    assert float(total.values[0].read_value()) == pytest.approx(hvd.rank() + 1)
+
+
+def strategy_with_read_deadline(seconds):
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=seconds)
+    return HorovodStrategy(communication_options=options)
+
+
+def release_pending_read(error, variables):
+    """The ranks that did not read make the read rank 0 left pending (named in its error), so
+    every rank's runtime is clean again; returns the value they read."""
+    name = None
+    if hvd.rank() == 0:
+        name = next(v.name for v in variables if f"'{v.name}'" in str(error))
+    name = hvd.broadcast_object(name, root_rank=0)
+    value = None
+    if hvd.rank() != 0:
+        value = float(next(v for v in variables if v.name == name).read_value())
+    hvd.barrier()
+    return name, value
+
+
+@pytest.mark.parametrize("what", ["per_replica_variable", "metric"])
+@mwms_differs("a read on one worker waits forever in MWMS's collective (checked at np=2: still "
+              "waiting after 40 s; with CommunicationOptions(timeout_seconds=5) it raises "
+              "DeadlineExceededError 'Collective has timed out during execution')", run=False)
+def test_read_on_rank0_only_fails_clearly_instead_of_hanging(what):
+    if hvd.size() == 1:
+        pytest.skip("needs ranks that do not read")
+    strategy = strategy_with_read_deadline(3)
+    with strategy.scope():
+        metric = keras.metrics.Mean()
+        variable = sync_on_read_variable(tf.VariableAggregation.SUM)
+    strategy.run(lambda: (metric.update_state(float(hvd.rank() + 1)),
+                          variable.assign_add(float(hvd.rank() + 1))))
+    hvd.barrier()
+    error = None
+    if hvd.rank() == 0:  # the others never make this read
+        with pytest.raises(tf.errors.DeadlineExceededError,
+                           match="every rank must make this read") as raised:
+            metric.result() if what == "metric" else variable.read_value()
+        error = raised.value
+        assert f"sum over all {hvd.size()} ranks" in str(error)
+        assert "waited 3 s" in str(error)
+    hvd.barrier()
+    variables = [v.value for v in metric.variables] if what == "metric" else [variable]
+    name, value = release_pending_read(error, variables)
+    if hvd.rank() != 0 and what == "per_replica_variable":
+        assert value == pytest.approx(hvd.size() * (hvd.size() + 1) / 2)
+    assert name  # rank 0's error named the variable it was reading
+
+
+@horovod_only("the read deadline is HorovodStrategy's (MWMS waits forever unless "
+              "timeout_seconds is set)")
+def test_read_deadline_comes_from_options_else_the_stall_check_time(monkeypatch):
+    from horovod_compat.tensorflow.distribute.sync_on_read import read_deadline
+    options = tf.distribute.experimental.CommunicationOptions
+    assert read_deadline(options(timeout_seconds=7)) == 7.0
+    monkeypatch.delenv("HOROVOD_STALL_CHECK_TIME_SECONDS", raising=False)
+    monkeypatch.delenv("HOROVOD_STALL_CHECK_DISABLE", raising=False)
+    assert read_deadline(options()) == 60.0
+    monkeypatch.setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "25")
+    assert read_deadline(options()) == 25.0
+    monkeypatch.setenv("HOROVOD_STALL_CHECK_DISABLE", "1")
+    assert read_deadline(options()) is None
+    assert read_deadline(options(timeout_seconds=7)) == 7.0
