@@ -12,7 +12,7 @@
 #                           (horovodrun --gloo); empty = none
 #   HVDC_TEST_MWMS=1        0 = skip the run of test_strategy.py (mpirun -np 2) and
 #                           test_strategy_tf_keras.py against MultiWorkerMirroredStrategy
-#                           (HVDC_TEST_STRATEGY=mwms: skips and expected failures say how MWMS differs)
+#                           (HVDC_TEST_STRATEGY=mwms; skip and xfail reasons say how MWMS differs)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
