@@ -18,6 +18,11 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import horovod_compat.tensorflow as hvd  # noqa: E402
+import strategy_under_test  # noqa: E402
+
+if strategy_under_test.UNDER_MWMS:
+    # MWMS configures TensorFlow's collectives, which must happen before any TensorFlow op.
+    strategy_under_test.create_strategy()
 
 MODES = ["eager", "function", "graph"]
 

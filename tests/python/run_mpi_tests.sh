@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the horovod_compat TensorFlow test-suite: one process without a launcher, then under
 # `mpirun -np 2` and `mpirun -np 3` (oversubscribed), then the collectives suite at np=2 over the
-# TCP transport (`horovodrun --gloo`). Exits non-zero if any run fails.
+# TCP transport (`horovodrun --gloo`), then the strategy tests against TensorFlow's own
+# MultiWorkerMirroredStrategy (~1.5 min). Exits non-zero if any run fails.
 #
 #   tests/python/run_mpi_tests.sh [extra pytest arguments, e.g. -k allreduce]
 #   PYTHON=...              interpreter (default: .venv/bin/python)
@@ -9,6 +10,9 @@
 #   HVDC_TEST_TIMEOUT=1800  mpirun --timeout per world size (seconds)
 #   HVDC_TEST_GLOO="test_collectives.py"  suites also run at np=2 over the TCP transport
 #                           (horovodrun --gloo); empty = none
+#   HVDC_TEST_MWMS=1        0 = skip the run of test_strategy.py (mpirun -np 2) and
+#                           test_strategy_tf_keras.py against MultiWorkerMirroredStrategy
+#                           (HVDC_TEST_STRATEGY=mwms; skip and xfail reasons say how MWMS differs)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -43,6 +47,9 @@ sed 's/OMPI_COMM_WORLD_RANK/HOROVOD_RANK/; s/OMPI_COMM_WORLD_SIZE/HOROVOD_SIZE/'
   > "$LOGDIR/gloo_rank.sh"
 chmod +x "$LOGDIR/gloo_rank.sh"
 GLOO_SUITES="${HVDC_TEST_GLOO-test_collectives.py}"
+sed 's/np\${OMPI_COMM_WORLD_SIZE}/mwms-np\${OMPI_COMM_WORLD_SIZE}/' "$LOGDIR/rank.sh" \
+  > "$LOGDIR/mwms_rank.sh"
+chmod +x "$LOGDIR/mwms_rank.sh"
 
 status=0
 for np in $NPS; do
@@ -89,5 +96,30 @@ if [[ -n "$GLOO_SUITES" ]]; then
   fi
   echo "=== gloo np=2: exit code $rc ==="
   [[ $rc == 0 ]] || status=1
+fi
+# The strategy tests against MWMS: where HorovodStrategy is a drop-in and where they differ.
+if [[ "${HVDC_TEST_MWMS:-1}" != 0 ]]; then
+  echo "=== strategy tests against MultiWorkerMirroredStrategy: mpirun -np 2 + tf_keras ==="
+  mwms_timeout=$(( TIMEOUT < 600 ? TIMEOUT : 600 ))
+  HVDC_TEST_STRATEGY=mwms timeout $((mwms_timeout + 60)) mpirun --timeout "$mwms_timeout" -np 2 \
+    --bind-to none -x HVDC_TEST_STRATEGY -x HOROVOD_FUSION_THRESHOLD \
+    -x HOROVOD_DYNAMIC_PROCESS_SETS -x TF_CPP_MIN_LOG_LEVEL -x PYTHONDONTWRITEBYTECODE \
+    "$LOGDIR/mwms_rank.sh" "$PY" -m pytest "$ROOT/tests/python/test_strategy.py" \
+    -p no:cacheprovider --timeout 120 -q -rfEsx "$@"
+  rc=$?
+  if [[ $rc != 0 ]]; then
+    for log in "$LOGDIR"/mwms-np2-rank*.log; do
+      [[ -f "$log" ]] || continue
+      echo "--- tail of $log ---"
+      tail -n 40 "$log"
+    done
+  fi
+  (cd "$ROOT" && HVDC_TEST_STRATEGY=mwms timeout "$mwms_timeout" "$PY" -m pytest \
+    "$ROOT/tests/python/test_strategy_tf_keras.py" -p no:cacheprovider --timeout 300 -q -rfE "$@")
+  rc2=$?
+  [[ $rc == 5 ]] && rc=0    # extra pytest arguments that select none of these tests
+  [[ $rc2 == 5 ]] && rc2=0
+  echo "=== MWMS: exit codes $rc (test_strategy.py, np=2), $rc2 (tf_keras) ==="
+  [[ $rc == 0 && $rc2 == 0 ]] || status=1
 fi
 exit $status

@@ -5,9 +5,13 @@ process (TensorFlow picks tf_keras at import time, so this cannot run inside the
 Every rank runs the same checks in the same order and prints ``CHECK <name> ok`` after each.
 
     TF_USE_LEGACY_KERAS=1 python tests/python/strategy_tf_keras_job.py
+
+With HVDC_TEST_STRATEGY=mwms the checks run against tf.distribute.MultiWorkerMirroredStrategy
+(strategy_under_test.py builds its TF_CONFIG from the launcher's ranks).
 """
 
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -15,6 +19,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import horovod_compat.tensorflow as hvd  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import strategy_under_test  # noqa: E402
 
 K = tf.keras
 FEATURES = 3
@@ -59,7 +66,8 @@ def assert_identical_on_all_ranks(values):
 
 def main():
     assert K.__name__.startswith("tf_keras"), K.__name__
-    strategy = hvd.distribute.HorovodStrategy()
+    strategy = strategy_under_test.create_strategy()  # MWMS: before any TensorFlow op
+    hvd.init()
     assert strategy.num_replicas_in_sync == hvd.size()
     check("environment")
 

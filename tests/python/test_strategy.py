@@ -3,6 +3,11 @@
 Run as one process and under ``mpirun -np 2/3``. Expected values are computed in the test: the
 reference is the same model trained by plain Keras / TensorFlow, without a strategy, on the
 global batches in input order (every rank computes it locally).
+
+With ``HVDC_TEST_STRATEGY=mwms`` the same tests run against
+``tf.distribute.MultiWorkerMirroredStrategy`` (strategy_under_test.py): tests of what only
+HorovodStrategy offers are skipped, tests where MWMS gives another answer are expected failures;
+each reason says what MWMS does.
 """
 
 import json
@@ -15,6 +20,8 @@ import tensorflow as tf
 
 import horovod_compat.tensorflow as hvd
 from horovod_compat.tensorflow.distribute import HorovodStrategy, shard_and_rebatch_dataset
+from strategy_under_test import (UNDER_MWMS, create_strategy, horovod_only,
+                                 keras3_compiled_model_fails_under_mwms, mwms_differs)
 
 FEATURES = 3
 GLOBAL_BATCH = 12  # divisible by 1, 2 and 3 ranks
@@ -23,7 +30,7 @@ ROWS = 4 * GLOBAL_BATCH
 
 @pytest.fixture(scope="module")
 def strategy():
-    return HorovodStrategy()
+    return create_strategy()
 
 
 def global_data(rows=ROWS, seed=7):
@@ -89,10 +96,17 @@ def test_variables_start_from_rank0_values(strategy):
         f = tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * rank)
         i = tf.Variable(tf.constant([rank + 5, -rank], tf.int64))
         b = tf.Variable(tf.constant([rank % 2 == 0, rank % 2 == 1]))
-        u = tf.Variable(tf.constant([2**31 + rank, 7], tf.uint32))
     np.testing.assert_array_equal(f.numpy(), np.arange(6).reshape(2, 3))
     np.testing.assert_array_equal(i.numpy(), [5, 0])
     np.testing.assert_array_equal(b.numpy(), [True, False])
+
+
+@mwms_differs("MWMS broadcasts initial values with CollectiveBcastRecv, which takes bool, "
+              "float16/32/64, int32 and int64 only: creating a uint32 variable in scope raises "
+              "InvalidArgumentError", raises=tf.errors.InvalidArgumentError)
+def test_uint32_variable_starts_from_rank0_value(strategy):
+    with strategy.scope():
+        u = tf.Variable(tf.constant([2**31 + hvd.rank(), 7], tf.uint32))
     np.testing.assert_array_equal(u.numpy(), np.array([2**31, 7], np.uint32))
 
 
@@ -136,6 +150,9 @@ def test_strategy_reduce_sum_mean_axis(strategy, op, axis):
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6)
 
 
+@mwms_differs("MWMS's strategy.reduce takes one PerReplica value, not a nested structure of them "
+              "(which tf.distribute.Strategy.reduce documents): ValueError 'Attempt to convert a "
+              "value ({'a': PerReplica:...}) ... to a Tensor'", raises=ValueError)
 def test_strategy_reduce_nested_structure(strategy):
     size = hvd.size()
     value = strategy.experimental_distribute_values_from_function(
@@ -196,6 +213,7 @@ def reference_fit(optimizer_fn, x, y, epochs):
     lambda: keras.optimizers.SGD(0.05, momentum=0.5),
     lambda: keras.optimizers.Adam(0.01),
 ], ids=["sgd", "adam"])
+@keras3_compiled_model_fails_under_mwms()
 def test_fit_matches_single_process_on_global_batch(strategy, optimizer_fn):
     x, y = global_data()
     with strategy.scope():
@@ -213,6 +231,7 @@ def test_fit_matches_single_process_on_global_batch(strategy, optimizer_fn):
         expected_loss, rel=1e-4)
 
 
+@keras3_compiled_model_fails_under_mwms()
 def test_fit_with_steps_per_execution(strategy):
     x, y = global_data()
     optimizer_fn = lambda: keras.optimizers.SGD(0.05)  # noqa: E731
@@ -227,6 +246,7 @@ def test_fit_with_steps_per_execution(strategy):
 
 
 @pytest.mark.parametrize("rows,batch", [(ROWS, GLOBAL_BATCH), (13, 4), (7, 5)])
+@keras3_compiled_model_fails_under_mwms()
 def test_evaluate_and_predict_equal_single_process(strategy, rows, batch):
     x, y = global_data(rows=rows, seed=3)
     with strategy.scope():
@@ -265,9 +285,12 @@ def embedding_model(weights=None):
     return model
 
 
-@pytest.mark.parametrize("sparse_as_dense", [False, True])
+@pytest.mark.parametrize("sparse_as_dense", [
+    False, pytest.param(True, marks=horovod_only("MWMS has no sparse_as_dense option"))])
+@keras3_compiled_model_fails_under_mwms()
 def test_sparse_gradients(sparse_as_dense):
-    strategy = HorovodStrategy(sparse_as_dense=sparse_as_dense)
+    strategy = create_strategy() if UNDER_MWMS else HorovodStrategy(
+        sparse_as_dense=sparse_as_dense)
     rng = np.random.RandomState(9)
     x = rng.randint(0, 10, size=(ROWS, 2)).astype(np.int32)
     y = rng.randn(ROWS, 1).astype(np.float32)
@@ -285,6 +308,7 @@ def test_sparse_gradients(sparse_as_dense):
                                rtol=1e-4, atol=1e-5)
 
 
+@horovod_only("checks HorovodCrossDeviceOps.all_reduce_list, which MWMS's cross-device ops lack")
 def test_sparse_gradients_are_allgathered_not_densified(strategy):
     local = tf.IndexedSlices(values=tf.fill([1, 2], float(hvd.rank() + 1)),
                              indices=tf.constant([hvd.rank() % 3], tf.int64),
@@ -360,6 +384,7 @@ def test_experimental_distribute_dataset_covers_each_global_batch(strategy):
 
 # -- dataset helper -------------------------------------------------------------------------------
 
+@horovod_only("shard_and_rebatch_dataset is horovod_compat's helper, not part of MWMS")
 def test_shard_and_rebatch_dataset():
     size, rank = hvd.size(), hvd.rank()
     global_batch = 2 * size
@@ -392,6 +417,8 @@ def addresses(n):
     return [f"localhost:{20000 + i}" for i in range(n)]
 
 
+@horovod_only("MWMS is made once per process and starts its own server from the cluster; "
+              "there is no launcher's rank and size for it to agree with")
 def test_cluster_resolver_that_agrees_is_accepted():
     size, rank = hvd.size(), hvd.rank()
     if size == 1:
@@ -404,6 +431,7 @@ def test_cluster_resolver_that_agrees_is_accepted():
     assert strategy.num_replicas_in_sync == size
 
 
+@horovod_only("MWMS takes its rank and size from the cluster; there is no launcher to disagree")
 def test_cluster_resolver_that_disagrees_names_both():
     size, rank = hvd.size(), hvd.rank()
     resolver = simple_resolver({"worker": addresses(size + 1)}, "worker", rank)
@@ -411,6 +439,7 @@ def test_cluster_resolver_that_disagrees_names_both():
         HorovodStrategy(cluster_resolver=resolver)
 
 
+@horovod_only("MWMS takes its rank and size from TF_CONFIG; there is no launcher to disagree")
 def test_tf_config_that_disagrees_is_refused(monkeypatch):
     size, rank = hvd.size(), hvd.rank()
     monkeypatch.setenv("TF_CONFIG", json.dumps({
@@ -420,6 +449,8 @@ def test_tf_config_that_disagrees_is_refused(monkeypatch):
         HorovodStrategy()
 
 
+@horovod_only("the error is HorovodStrategy's; MWMS is made once per process, so a second one "
+              "with a ps cluster cannot be tried here")
 def test_parameter_servers_are_refused():
     resolver = simple_resolver({"worker": addresses(hvd.size()), "ps": addresses(1)},
                                "worker", hvd.rank())
@@ -427,6 +458,7 @@ def test_parameter_servers_are_refused():
         HorovodStrategy(cluster_resolver=resolver)
 
 
+@horovod_only("MWMS runs one replica per local GPU; one device per process is our rule")
 def test_more_than_one_device_per_process_is_refused(monkeypatch):
     resolver = simple_resolver({"worker": addresses(hvd.size())}, "worker", hvd.rank(),
                                num_accelerators={"GPU": 2})
@@ -441,6 +473,7 @@ def test_more_than_one_device_per_process_is_refused(monkeypatch):
         HorovodStrategy()
 
 
+@horovod_only("error messages of HorovodStrategy's constructor")
 def test_bad_arguments():
     with pytest.raises(ValueError, match="CommunicationOptions"):
         HorovodStrategy(communication_options="ring")
@@ -448,7 +481,9 @@ def test_bad_arguments():
         HorovodStrategy(cluster_resolver={"worker": addresses(1)})
 
 
-
+@horovod_only("MWMS lets Keras compile the train step with XLA (jit_compile stays True); "
+              "turning it off with a warning is HorovodStrategy's, whose collectives have no XLA "
+              "lowering")
 def test_xla_is_turned_off_with_a_warning(strategy):
     with strategy.scope():
         model = build_model(initial_weights())
@@ -460,6 +495,7 @@ def test_xla_is_turned_off_with_a_warning(strategy):
     assert plain.jit_compile is True
 
 
+@keras3_compiled_model_fails_under_mwms()
 def test_checkpoint_saved_on_rank0_restored_on_all(strategy, tmp_path):
     x, y = global_data()
     directory = hvd.broadcast_object(str(tmp_path), root_rank=0)  # rank 0's folder, one host
@@ -498,6 +534,7 @@ def test_checkpoint_saved_on_rank0_restored_on_all(strategy, tmp_path):
     assert_identical_on_all_ranks(restored.get_weights())
 
 
+@keras3_compiled_model_fails_under_mwms()
 def test_model_checkpoint_callback_on_rank0(strategy, tmp_path):
     """Keras' ModelCheckpoint on rank 0 only (Horovod's rule; it reads mirrored weights, no
     collective), beside a callback on every rank: each epoch's file holds that epoch's weights."""
@@ -527,6 +564,7 @@ def test_model_checkpoint_callback_on_rank0(strategy, tmp_path):
     assert_identical_on_all_ranks(model.get_weights())
 
 
+@keras3_compiled_model_fails_under_mwms()
 def test_mixed_precision_fit_matches_single_process(strategy):
     x, y = global_data()
 
@@ -555,6 +593,7 @@ def test_mixed_precision_fit_matches_single_process(strategy):
                                rtol=2e-2, atol=2e-3)
 
 
+@keras3_compiled_model_fails_under_mwms()
 def test_loss_scale_skips_a_step_on_every_rank_when_one_rank_overflows(strategy):
     x, y = global_data()
     # The last row of the first global batch belongs to the last rank: only its gradients
@@ -584,3 +623,101 @@ def test_loss_scale_skips_a_step_on_every_rank_when_one_rank_overflows(strategy)
     model.fit(x[GLOBAL_BATCH:], y[GLOBAL_BATCH:], batch_size=GLOBAL_BATCH, epochs=1,
               shuffle=False, verbose=0)
     assert_identical_on_all_ranks(model.get_weights())
+
+
+# -- reading metrics and per-replica (SyncOnRead) variables outside strategy.run ------------------
+
+def sync_on_read_variable(aggregation):
+    return tf.Variable(0.0, synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=aggregation)
+
+
+def test_metric_and_per_replica_variable_read_on_every_rank_give_job_wide_values(strategy):
+    size = hvd.size()
+    with strategy.scope():
+        metric = keras.metrics.Mean()
+        total = sync_on_read_variable(tf.VariableAggregation.SUM)
+        mean = sync_on_read_variable(tf.VariableAggregation.MEAN)
+        first = sync_on_read_variable(tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def update():
+        # Replica r (= rank r) adds r + 1 to each, and r + 1 and 10 (r + 1) to the metric.
+        value = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1,
+                        tf.float32)
+        metric.update_state(tf.stack([value, 10.0 * value]))
+        for v in (total, mean, first):
+            v.assign_add(value)
+
+    strategy.run(update)
+    shares = np.arange(1, size + 1, dtype=np.float64)
+    assert float(metric.result()) == pytest.approx(np.concatenate([shares, 10 * shares]).mean())
+    assert float(total.read_value()) == pytest.approx(shares.sum())
+    assert float(mean.read_value()) == pytest.approx(shares.mean())
+    # ONLY_FIRST_REPLICA: the local value, read without a collective (under MWMS too).
+    assert float(first.read_value()) == pytest.approx(hvd.rank() + 1)
+    assert float(total.values[0].read_value()) == pytest.approx(hvd.rank() + 1)
+
+
+def strategy_with_read_deadline(seconds):
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=seconds)
+    return HorovodStrategy(communication_options=options)
+
+
+def release_pending_read(error, variables):
+    """The ranks that did not read make the read rank 0 left pending (named in its error), so
+    every rank's runtime is clean again; returns the value they read."""
+    name = None
+    if hvd.rank() == 0:
+        name = next(v.name for v in variables if f"'{v.name}'" in str(error))
+    name = hvd.broadcast_object(name, root_rank=0)
+    value = None
+    if hvd.rank() != 0:
+        value = float(next(v for v in variables if v.name == name).read_value())
+    hvd.barrier()
+    return name, value
+
+
+@pytest.mark.parametrize("what", ["per_replica_variable", "metric"])
+@mwms_differs("a read on one worker waits forever in MWMS's collective (checked at np=2: still "
+              "waiting after 40 s; with CommunicationOptions(timeout_seconds=5) it raises "
+              "DeadlineExceededError 'Collective has timed out during execution')", run=False)
+def test_read_on_rank0_only_fails_clearly_instead_of_hanging(what):
+    if hvd.size() == 1:
+        pytest.skip("needs ranks that do not read")
+    strategy = strategy_with_read_deadline(3)
+    with strategy.scope():
+        metric = keras.metrics.Mean()
+        variable = sync_on_read_variable(tf.VariableAggregation.SUM)
+    strategy.run(lambda: (metric.update_state(float(hvd.rank() + 1)),
+                          variable.assign_add(float(hvd.rank() + 1))))
+    hvd.barrier()
+    error = None
+    if hvd.rank() == 0:  # the others never make this read
+        with pytest.raises(tf.errors.DeadlineExceededError,
+                           match="every rank must make this read") as raised:
+            metric.result() if what == "metric" else variable.read_value()
+        error = raised.value
+        assert f"sum over all {hvd.size()} ranks" in str(error)
+        assert "waited 3 s" in str(error)
+    hvd.barrier()
+    variables = [v.value for v in metric.variables] if what == "metric" else [variable]
+    name, value = release_pending_read(error, variables)
+    if hvd.rank() != 0 and what == "per_replica_variable":
+        assert value == pytest.approx(hvd.size() * (hvd.size() + 1) / 2)
+    assert name  # rank 0's error named the variable it was reading
+
+
+@horovod_only("the read deadline is HorovodStrategy's (MWMS waits forever unless "
+              "timeout_seconds is set)")
+def test_read_deadline_comes_from_options_else_the_stall_check_time(monkeypatch):
+    from horovod_compat.tensorflow.distribute.sync_on_read import read_deadline
+    options = tf.distribute.experimental.CommunicationOptions
+    assert read_deadline(options(timeout_seconds=7)) == 7.0
+    monkeypatch.delenv("HOROVOD_STALL_CHECK_TIME_SECONDS", raising=False)
+    monkeypatch.delenv("HOROVOD_STALL_CHECK_DISABLE", raising=False)
+    assert read_deadline(options()) == 60.0
+    monkeypatch.setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "25")
+    assert read_deadline(options()) == 25.0
+    monkeypatch.setenv("HOROVOD_STALL_CHECK_DISABLE", "1")
+    assert read_deadline(options()) is None
+    assert read_deadline(options(timeout_seconds=7)) == 7.0

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Optional, Tuple
 import tensorflow as tf
 from tensorflow.python.distribute import collective_all_reduce_strategy as collective_lib
 from tensorflow.python.distribute import collective_util, cross_device_utils, device_util
+from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import distribute_lib, mirrored_strategy, multi_worker_util
 from tensorflow.python.distribute import numpy_dataset
 from tensorflow.python.distribute import values as values_lib
@@ -24,8 +25,9 @@ from tensorflow.python.trackable import base as trackable_base
 
 from horovod_compat.tensorflow import mpi_ops
 from horovod_compat.tensorflow.compression import Compression
-from horovod_compat.tensorflow.distribute import keras_support
+from horovod_compat.tensorflow.distribute import keras_support, sync_on_read
 from horovod_compat.tensorflow.distribute.cross_device_ops import (HorovodCrossDeviceOps,
+                                                                   _horovod_op,
                                                                    broadcast_from_rank0)
 
 _SUPPORTED_JOBS = ("chief", "worker")
@@ -114,6 +116,7 @@ class HorovodExtended(collective_lib.CollectiveAllReduceExtended):
         self._worker_device = device_util.canonicalize("/device:CPU:0")
         self._host_input_device = numpy_dataset.SingleDevice(self._worker_device)
         self._collective_keys = cross_device_utils.CollectiveKeys(group_key_start=1)
+        self._device = device
         self._cross_device_ops = HorovodCrossDeviceOps(device, sparse_as_dense=sparse_as_dense,
                                                        compression=compression)
         self._host_cross_device_ops = self._cross_device_ops
@@ -165,6 +168,15 @@ class HorovodExtended(collective_lib.CollectiveAllReduceExtended):
             return tf.nest.map_structure(
                 lambda v: v.values[0] if isinstance(v, values_lib.DistributedValues) else v,
                 value)
+        if isinstance(value, values_lib.DistributedVariable) and \
+                distribute_utils.is_sync_on_read(value):
+            # A SyncOnRead variable read outside strategy.run (metric.result()): every rank
+            # must read it; eagerly, a rank left alone fails after the read deadline.
+            reduced = sync_on_read.reduce_sync_on_read(
+                value, _horovod_op(reduce_op), self._device,
+                sync_on_read.read_deadline(self._communication_options))
+            return self._cross_device_ops._to_destinations(  # pylint: disable=protected-access
+                reduced, destinations)
         # The collective extended class reduces one value; strategy.reduce may pass a nested
         # structure (Keras reduces a whole (x, y) batch), so map over it.
         reduce_one = super()._reduce_to
