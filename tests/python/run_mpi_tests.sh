@@ -51,6 +51,16 @@ sed 's/np\${OMPI_COMM_WORLD_SIZE}/mwms-np\${OMPI_COMM_WORLD_SIZE}/' "$LOGDIR/ran
   > "$LOGDIR/mwms_rank.sh"
 chmod +x "$LOGDIR/mwms_rank.sh"
 
+# Prints the last lines of each rank's log matching "$LOGDIR/$1"-rank*.log (after a failed run).
+tail_rank_logs() {
+  local log
+  for log in "$LOGDIR/$1"-rank*.log; do
+    [[ -f "$log" ]] || continue
+    echo "--- tail of $log ---"
+    tail -n 40 "$log"
+  done
+}
+
 status=0
 for np in $NPS; do
   echo "=== horovod_compat TensorFlow tests, np=$np ==="
@@ -67,11 +77,7 @@ for np in $NPS; do
       -x PYTHONDONTWRITEBYTECODE "$LOGDIR/rank.sh" "${PYTEST[@]}"
     rc=$?
     if [[ $rc != 0 ]]; then
-      for log in "$LOGDIR"/np"$np"-rank*.log; do
-        [[ -f "$log" ]] || continue
-        echo "--- tail of $log ---"
-        tail -n 40 "$log"
-      done
+      tail_rank_logs np"$np"
     fi
   fi
   echo "=== np=$np: exit code $rc ==="
@@ -88,11 +94,7 @@ if [[ -n "$GLOO_SUITES" ]]; then
     -p no:cacheprovider --timeout 300 -q -rfE "$@")
   rc=$?
   if [[ $rc != 0 ]]; then
-    for log in "$LOGDIR"/np2-rank*.log; do
-      [[ -f "$log" ]] || continue
-      echo "--- tail of $log ---"
-      tail -n 40 "$log"
-    done
+    tail_rank_logs np2
   fi
   echo "=== gloo np=2: exit code $rc ==="
   [[ $rc == 0 ]] || status=1
@@ -108,11 +110,7 @@ if [[ "${HVDC_TEST_MWMS:-1}" != 0 ]]; then
     -p no:cacheprovider --timeout 120 -q -rfEsx "$@"
   rc=$?
   if [[ $rc != 0 ]]; then
-    for log in "$LOGDIR"/mwms-np2-rank*.log; do
-      [[ -f "$log" ]] || continue
-      echo "--- tail of $log ---"
-      tail -n 40 "$log"
-    done
+    tail_rank_logs mwms-np2
   fi
   (cd "$ROOT" && HVDC_TEST_STRATEGY=mwms timeout "$mwms_timeout" "$PY" -m pytest \
     "$ROOT/tests/python/test_strategy_tf_keras.py" -p no:cacheprovider --timeout 300 -q -rfE "$@")
