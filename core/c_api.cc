@@ -391,17 +391,21 @@ int hvdc_enqueue(const hvdc_request* requests, int32_t count, hvdc_done_fn done,
     }
     if (done == nullptr) return Fail(StatusCode::kInvalidArgument, "hvdc_enqueue: no callback");
     std::vector<EnqueueItem> items(static_cast<size_t>(count));
+    bool may_complete_inline = true;
     for (int32_t i = 0; i < count; ++i) {
+      may_complete_inline &= (requests[i].flags & HVDC_REQUEST_MAY_COMPLETE_INLINE) != 0;
       if (requests[i].process_set_id != requests[0].process_set_id) {
         return Fail(StatusCode::kInvalidArgument, "a group must be in one process set");
       }
       Status s = Translate(requests[i], &items[i]);
       if (!s.ok()) return Fail(s);
     }
-    Status s =
-        rt->Enqueue(requests[0].process_set_id, std::move(items), [done, user](const Status& st) {
+    Status s = rt->Enqueue(
+        requests[0].process_set_id, std::move(items),
+        [done, user](const Status& st) {
           done(user, static_cast<int>(st.code()), st.message().c_str());
-        });
+        },
+        may_complete_inline);
     return s.ok() ? HVDC_OK : Fail(s);
   });
 }

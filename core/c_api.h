@@ -7,7 +7,8 @@
  *   is not initialized.
  * - hvdc_enqueue() either returns an error (the callback is then NOT called) or returns HVDC_OK,
  *   after which `done` is called exactly once, from a runtime thread (never the caller's), with the
- *   operation's own code and message -- also when the runtime shuts down first.
+ *   operation's own code and message -- also when the runtime shuts down first. Exception: requests
+ *   flagged HVDC_REQUEST_MAY_COMPLETE_INLINE (see hvdc_request.flags).
  * - Inputs (and caller-provided outputs) stay valid until `done` runs.
  */
 #ifndef HVDC_CORE_C_API_H_
@@ -130,7 +131,16 @@ typedef struct hvdc_request {
    *   `done` runs once the GPU has finished the work. */
   const void* ready_event;
   void* done_stream;
+  uint32_t flags; /* hvdc_request_flags, or-ed */
 } hvdc_request;
+
+enum hvdc_request_flags {
+  /* The caller allows `allocate` and `done` to run on its own thread, before hvdc_enqueue returns
+   * (it holds no lock they take). The runtime does so for a process set of one member, whose
+   * collectives need no negotiation and no peer: they run at once on the calling thread. Only
+   * when every request of the call carries the flag. */
+  HVDC_REQUEST_MAY_COMPLETE_INLINE = 1
+};
 
 /* Initialisation. Everything NULL/0 = all of MPI_COMM_WORLD under a launcher, or rank 0 of 1
  * without one (no MPI_Init at all). */

@@ -130,7 +130,7 @@ Status Runtime::CreateSet(int id, std::vector<int> ranks) {
 }
 
 Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
-                        Completion::Callback done) {
+                        Completion::Callback done, bool may_complete_inline) {
   if (down_.load()) return ShutdownStatus();
   if (items.empty()) return Status::InvalidArgument("nothing to enqueue");
   SetPtr st = sets_.Find(process_set_id);
@@ -172,6 +172,7 @@ Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
     e->enqueued_at = now;
     entries.push_back(std::move(e));
   }
+  if (may_complete_inline && RunsInline(*st, entries)) return RunInline(*st, std::move(entries));
   HVDC_RETURN_IF_ERROR(st->queue.Push(std::move(entries)));
   Wake();
   return Status::OK();

@@ -2,7 +2,8 @@
 // queue, controller and executor), backends, timeline and the control thread -- and wires them.
 // No other globals: tests build several runtimes in one process (threads as ranks).
 //
-// Its code is split by concern: runtime.cc (start-up, enqueue, timeline), runtime_control_loop.cc
+// Its code is split by concern: runtime.cc (start-up, enqueue, timeline), runtime_inline.cc
+// (one-member sets run on the caller's thread), runtime_control_loop.cc
 // (when each set negotiates, what happens with a round's result), runtime_process_sets.cc (adding,
 // removing and querying sets), runtime_shutdown.cc (orderly shutdown, giving up on dead peers). The
 // pieces with no Runtime state are units of their own: ProcessSet, ProcessSetTable,
@@ -57,8 +58,11 @@ class Runtime {
   const Transport& transport() const { return *transport_; }
 
   // Validates and queues the items (a group when more than one); `done` runs exactly once after
-  // the last completes -- unless this returns an error, in which case it never runs.
-  Status Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items, Completion::Callback done);
+  // the last completes -- unless this returns an error, in which case it never runs. It runs on a
+  // runtime thread; with `may_complete_inline`, a one-member set runs the items and `done` on the
+  // calling thread, before returning (runtime_inline.cc).
+  Status Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items, Completion::Callback done,
+                 bool may_complete_inline = false);
 
   // Process sets. An error's detail says why (process_set_error.h); the outputs are set only on
   // success. Add and remove are collective over the world (every rank calls them in one order).
@@ -82,6 +86,11 @@ class Runtime {
   Runtime(Config config, std::unique_ptr<Transport> transport, std::vector<Backend*> backends);
   // A world collective (every rank, same order): creates and registers set `id`.
   Status CreateSet(int id, std::vector<int> ranks);
+
+  // One-member sets run their collectives on the caller's thread (runtime_inline.cc).
+  bool RunsInline(const ProcessSet& st,
+                  const std::vector<std::shared_ptr<TensorEntry>>& entries) const;
+  Status RunInline(ProcessSet& st, std::vector<std::shared_ptr<TensorEntry>> entries);
 
   // Set administration (runtime_process_sets.cc).
   // Queues op for the global set's rounds and waits for its result (or the end of the runtime).

@@ -2,8 +2,7 @@
 
 namespace hvdc {
 
-Status TensorQueue::Push(std::vector<std::shared_ptr<TensorEntry>> entries) {
-  std::lock_guard<std::mutex> lock(mu_);
+Status TensorQueue::CheckNames(const std::vector<std::shared_ptr<TensorEntry>>& entries) const {
   if (closed_) return closed_status_;
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string& name = entries[i]->request.name;
@@ -16,10 +15,23 @@ Status TensorQueue::Push(std::vector<std::shared_ptr<TensorEntry>> entries) {
           "tensors not yet completed)");
     }
   }
+  return Status::OK();
+}
+
+Status TensorQueue::Push(std::vector<std::shared_ptr<TensorEntry>> entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HVDC_RETURN_IF_ERROR(CheckNames(entries));
   for (auto& e : entries) {
     in_flight_.insert(e->request.name);
     incoming_.push_back(std::move(e));
   }
+  return Status::OK();
+}
+
+Status TensorQueue::Claim(const std::vector<std::shared_ptr<TensorEntry>>& entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HVDC_RETURN_IF_ERROR(CheckNames(entries));
+  for (auto& e : entries) in_flight_.insert(e->request.name);
   return Status::OK();
 }
 

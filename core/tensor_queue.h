@@ -18,6 +18,9 @@ class TensorQueue {
  public:
   // Adds every entry or none (a group is all-or-nothing). Fails on a duplicate in-flight name.
   Status Push(std::vector<std::shared_ptr<TensorEntry>> entries);
+  // Marks the entries' names in flight without queueing them (a one-member set runs them on the
+  // caller's thread); the same checks as Push. Release each name when done.
+  Status Claim(const std::vector<std::shared_ptr<TensorEntry>>& entries);
   std::vector<std::shared_ptr<TensorEntry>> Drain();
   // Entries pushed and not yet drained.
   size_t pending() const;
@@ -30,6 +33,8 @@ class TensorQueue {
   mutable std::mutex mu_;  // guards everything below
   std::vector<std::shared_ptr<TensorEntry>> incoming_;
   std::unordered_set<std::string> in_flight_;
+  Status CheckNames(const std::vector<std::shared_ptr<TensorEntry>>& entries) const;  // mu_ held
+
   bool closed_ = false;
   Status closed_status_;
 };

@@ -15,6 +15,9 @@ const char kPeerLostPayload[] = "horovod_compat.PeerLost";
 namespace {
 // Handed to the runtime for tensors with no elements (TF gives them no buffer).
 alignas(64) char empty_tensor_storage[64];
+
+// The call whose Start is running on this thread (CollectiveCall::Finish).
+thread_local const void* starting_on_this_thread = nullptr;
 }  // namespace
 
 Status ToHvdcDtype(tensorflow::DataType dtype, int32_t* out) {
@@ -142,6 +145,9 @@ hvdc_request& CollectiveCall::AddRequest(int32_t op, std::string name, int32_t p
   request.op = op;
   request.name = names_.back().c_str();
   request.process_set_id = process_set_id;
+  // Done and the allocator are fine on the kernel's own thread (see Finish): a one-member set
+  // then runs the op at once, with no thread hand-off.
+  request.flags = HVDC_REQUEST_MAY_COMPLETE_INLINE;
   return request;
 }
 
@@ -184,7 +190,8 @@ void CollectiveCall::DoneTrampoline(void* user, int code, const char* message) {
 
 void CollectiveCall::Finish() {
   // The runtime's thread must not run TensorFlow's follow-up work (the executor may run ready
-  // kernels inline from `done`): hand completion to TF's own worker threads.
+  // kernels inline from `done`): hand completion to TF's own worker threads -- unless this is the
+  // kernel's own thread, inside Start (an op that completed inline, or failed to enqueue).
   auto complete = [this]() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -196,7 +203,7 @@ void CollectiveCall::Finish() {
   };
   const tensorflow::DeviceBase::CpuWorkerThreads* workers =
       ctx_->device()->tensorflow_cpu_worker_threads();
-  if (workers != nullptr && workers->workers != nullptr) {
+  if (starting_on_this_thread != this && workers != nullptr && workers->workers != nullptr) {
     workers->workers->Schedule(std::move(complete));
   } else {
     complete();
@@ -205,6 +212,13 @@ void CollectiveCall::Finish() {
 
 void CollectiveCall::Start(std::unique_ptr<CollectiveCall> owned, bool grouped) {
   CollectiveCall* call = owned.release();
+  // Compared by address only: `call` may be gone by the time hvdc_enqueue returns.
+  // Restored, not cleared: `done` may run another kernel's Start inline on this thread.
+  struct Restore {
+    const void* previous;
+    ~Restore() { starting_on_this_thread = previous; }
+  } restore{starting_on_this_thread};
+  starting_on_this_thread = call;
   const int n = static_cast<int>(call->requests_.size());
   std::vector<hvdc_request> requests(call->requests_.begin(), call->requests_.end());
   if (grouped || n <= 1) {

@@ -344,7 +344,7 @@ TEST(Allreduce, ManyTensorsDifferentOrderPerRank) {
 TEST(ProcessSets, ConcurrentAllreducesOnOverlappingSets) {
   const int size = hvdc_size();
   const int rank = hvdc_rank();
-  ASSERT_GE(size, 2);
+  if (size < 2) GTEST_SKIP() << "needs two ranks for two sets";
   if (size == 2) {
     const int32_t both[] = {0, 1};
     EXPECT_EQ(hvdc_add_process_set(both, 2), HVDC_PROCESS_SET_ERROR_EXISTING_SET)

@@ -647,7 +647,7 @@ Result Join(int32_t* last_rank) {
 TEST(Join, JoinedRanksContributeZeros) {
   const int rank = hvdc_rank();
   const int size = hvdc_size();
-  ASSERT_GE(size, 2);
+  if (size < 2) GTEST_SKIP() << "needs a rank that joins while others still reduce";
   if (rank < size - 1) {
     for (int k = 0; k <= rank; ++k) {
       std::vector<int> live;
@@ -682,6 +682,7 @@ TEST(Join, JoinedRanksContributeZeros) {
 TEST(Join, AllgatherAndBroadcastRejectedWhileJoined) {
   const int rank = hvdc_rank();
   const int size = hvdc_size();
+  if (size < 2) GTEST_SKIP() << "needs a rank that joins while others still submit";
   if (rank < size - 1) {
     Buffer in(HVDC_FLOAT32, 4, [&](int64_t i) { return MoveValue(HVDC_FLOAT32, rank, i); });
     Output out(HVDC_FLOAT32);

@@ -547,6 +547,9 @@ struct Completion {
   std::string message;
   std::atomic<int> calls{0};
   std::atomic<bool> on_caller_thread{false};
+  bool may_complete_inline = false;  // the requests carried HVDC_REQUEST_MAY_COMPLETE_INLINE
+  bool expect_inline = false;        // ... and the runtime should have used it
+  std::atomic<bool> done_before_return{false};  // the callback ran inside hvdc_enqueue
 };
 
 struct Ledger {
@@ -637,11 +640,47 @@ class Pending {
   Result sync_;
 };
 
+// HVDC_TEST_INLINE=1: every request is enqueued with HVDC_REQUEST_MAY_COMPLETE_INLINE, and the
+// ledger checks that a one-member set's collectives did complete inside hvdc_enqueue (and that
+// nothing else ran its callback on the enqueuing thread).
+inline bool InlineMode() {
+  static const bool on = [] {
+    const char* v = std::getenv("HVDC_TEST_INLINE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
+namespace detail {
+
+// What runtime_inline.cc runs on the calling thread: CPU collectives other than join and barrier
+// on a set of one member.
+inline bool RunsInline(const hvdc_request* requests, int32_t count) {
+  if (count <= 0 || requests == nullptr) return false;
+  if (hvdc_process_set_size(requests[0].process_set_id) != 1) return false;
+  for (int32_t i = 0; i < count; ++i) {
+    const hvdc_request& r = requests[i];
+    if (r.op == HVDC_OP_JOIN || r.op == HVDC_OP_BARRIER || r.input.device >= 0) return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
 // Enqueues requests[0..count) as one hvdc_enqueue call (a group when count > 1).
 inline Pending Enqueue(const hvdc_request* requests, int32_t count) {
   detail::Completion* c =
       detail::NewCompletion(count > 0 && requests ? requests[0].name : "(empty group)");
+  std::vector<hvdc_request> flagged;
+  if (InlineMode() && count > 0 && requests != nullptr) {
+    flagged.assign(requests, requests + count);
+    for (auto& r : flagged) r.flags |= HVDC_REQUEST_MAY_COMPLETE_INLINE;
+    requests = flagged.data();
+    c->may_complete_inline = true;
+    c->expect_inline = detail::RunsInline(requests, count);
+  }
   const int rc = hvdc_enqueue(requests, count, &detail::OnDone, c);
+  c->done_before_return = c->calls.load() > 0;
   c->enqueue_rc = rc;
   if (rc != HVDC_OK) {
     const char* err = hvdc_last_error();
@@ -712,8 +751,12 @@ inline LedgerReport CheckLedger() {
                                   ") but the callback ran " + std::to_string(calls) + " times");
       }
     }
-    if (c.on_caller_thread) {
+    if (c.on_caller_thread && !c.may_complete_inline) {
       report.problems.push_back("'" + c.label + "': callback ran on the enqueuing thread");
+    }
+    if (rc == HVDC_OK && c.expect_inline && !(c.on_caller_thread && c.done_before_return)) {
+      report.problems.push_back("'" + c.label +
+                                "': a one-member set's collective did not complete inline");
     }
   }
   return report;

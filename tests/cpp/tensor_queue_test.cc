@@ -1,6 +1,7 @@
 // TensorQueue: the hand-off from enqueuing threads to the control thread. Push is all-or-nothing
 // and refuses a name already in flight (until Release), Drain hands over everything pushed in
-// order, Close refuses every later Push with the given status. One test pushes from several
+// order, Close refuses every later Push with the given status. Claim marks names in flight without
+// queueing them (a one-member set's inline run) under the same rules. One test pushes from several
 // threads at once (it runs under TSan with the thread-rank suites).
 #include "core/tensor_queue.h"
 
@@ -55,6 +56,25 @@ TEST(TensorQueue, DrainReturnsEverythingPushedInOrder) {
   EXPECT_EQ(Names(q.Drain()), want);
   EXPECT_EQ(q.pending(), 0u);
   EXPECT_TRUE(q.Drain().empty()) << "drained entries are handed over once";
+}
+
+TEST(TensorQueue, ClaimMarksNamesInFlightWithoutQueueing) {
+  TensorQueue q;
+  ASSERT_TRUE(q.Claim(Entries({"a", "b"})).ok());
+  EXPECT_EQ(q.pending(), 0u) << "claimed entries are not queued";
+  EXPECT_TRUE(q.Drain().empty());
+  EXPECT_EQ(q.Push(Entries({"a"})).code(), StatusCode::kInvalidArgument) << "a is in flight";
+  EXPECT_EQ(q.Claim(Entries({"c", "b"})).code(), StatusCode::kInvalidArgument)
+      << "b is in flight";
+  EXPECT_TRUE(q.Push(Entries({"c"})).ok()) << "the refused claim took no name";
+  EXPECT_EQ(q.Claim(Entries({"d", "d"})).code(), StatusCode::kInvalidArgument)
+      << "a duplicate within one claim";
+  q.Release("a");
+  EXPECT_TRUE(q.Claim(Entries({"a"})).ok()) << "released names may be claimed again";
+  q.Close(Status::UnknownError("closing"));
+  const Status closed = q.Claim(Entries({"e"}));
+  EXPECT_EQ(closed.code(), StatusCode::kUnknownError);
+  EXPECT_EQ(closed.message(), "closing");
 }
 
 TEST(TensorQueue, ANameInFlightIsRefusedUntilReleased) {
