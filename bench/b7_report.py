@@ -1,0 +1,147 @@
+"""B7 report: merges the TF-path runs (np=1 eager, np=2 all cases) with the core's own B1/B3/B4
+from the same run.sh invocation, prints the table with the ratios of the issue-15 goals and writes
+one JSON (bench/results/b7-np2.json).
+
+    python bench/b7_report.py TMPDIR OUT.json
+TMPDIR holds tf-np1.json, tf-np2.json, core-b1-np2.json, core-b3-np2.json, core-b4-np2.json,
+core-b4-np1.json (any may be missing: its rows say n/a) and optionally profile-*.json.
+"""
+
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+
+def _load(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _get(d: Optional[Dict[str, Any]], *keys: Any) -> Optional[float]:
+    for k in keys:
+        if d is None:
+            return None
+        try:
+            d = d[k]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return d if isinstance(d, (int, float)) else None
+
+
+def core_figures(core: Dict[str, Any]) -> Dict[str, Optional[float]]:
+    """The core's figures B7 divides by (µs for B3/B4, ms for B1)."""
+    b3 = core.get("b3") or {}
+    small = next((s for s in b3.get("sets", []) if s.get("tensor_set") == "small_mixed"), None)
+    b1_med = _get(core.get("b1"), "ours", "time_s", "median")
+    return {
+        "b4_np2_p50_us": _get(core.get("b4"), "sizes", 0, "latency_us", "ours (block)", "median"),
+        "b4_np2_raw_p50_us": _get(core.get("b4"), "sizes", 0, "latency_us", "raw MPI_Allreduce",
+                                  "median"),
+        "b4_np1_p50_us": _get(core.get("b4_np1"), "sizes", 0, "latency_us", "ours (block)",
+                              "median"),
+        "b3_small_us_per_tensor": _get(small, "ours_us_per_tensor"),
+        "b3_small_raw_us_per_tensor": _get(small, "raw_per_tensor_us_per_tensor"),
+        "b1_ms": None if b1_med is None else b1_med * 1e3,
+        "b1_raw_chunked_ms": (lambda v: None if v is None else v * 1e3)(
+            _get(core.get("b1"), "raw_best_chunked", "time_s", "median")),
+    }
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
+    """The merged result and the text lines of the summary."""
+    np1, np2 = _load(os.path.join(tmp, "tf-np1.json")), _load(os.path.join(tmp, "tf-np2.json"))
+    core = {k: _load(os.path.join(tmp, f"core-{f}.json")) for k, f in
+            (("b1", "b1-np2"), ("b3", "b3-np2"), ("b4", "b4-np2"), ("b4_np1", "b4-np1"))}
+    fig = core_figures(core)
+    e1 = (np1 or {}).get("eager", {}).get("latency_us", {})
+    e2 = (np2 or {}).get("eager", {}).get("latency_us", {})
+    sm = (np2 or {}).get("small", {}).get("us_per_tensor_beyond_identity", {})
+    rn = (np2 or {}).get("resnet", {}).get("ms_per_set_beyond_baseline", {})
+    p50 = lambda d, k: _get(d, k, "median")  # noqa: E731
+    p99 = lambda d, k: _get(d, k, "p99")  # noqa: E731
+    rows: List[Tuple[str, str, str, str]] = []  # what, ours, reference, ratio / goal
+
+    hvd1, id1 = p50(e1, "hvd.allreduce"), p50(e1, "tf.identity")
+    over_id = None if hvd1 is None or id1 is None else hvd1 - id1
+    rows.append(("eager allreduce 4 B, np=1 (no launcher), p50/p99 us",
+                 f"{_f(hvd1)} / {_f(p99(e1, 'hvd.allreduce'))} "
+                 f"(generated op {_f(p50(e1, 'generated op'))})",
+                 f"tf.identity {_f(id1)} / {_f(p99(e1, 'tf.identity'))}; "
+                 f"core B4 np=1 {_f(fig['b4_np1_p50_us'])}",
+                 f"+{_f(over_id)} us over tf.identity (goal <= +15)"))
+    hvd2 = p50(e2, "hvd.allreduce")
+    r_b4 = _ratio(hvd2, fig["b4_np2_p50_us"])
+    rows.append(("eager allreduce 4 B, np=2, p50/p99 us",
+                 f"{_f(hvd2)} / {_f(p99(e2, 'hvd.allreduce'))} "
+                 f"(generated op {_f(p50(e2, 'generated op'))})",
+                 f"core B4 {_f(fig['b4_np2_p50_us'])}; mpi4py {_f(p50(e2, 'mpi4py Allreduce'))}; "
+                 f"tf.identity {_f(p50(e2, 'tf.identity'))}",
+                 f"{_f(r_b4, '{:.2f}')}x B4 (goal <= 1.3)"))
+    b3 = fig["b3_small_us_per_tensor"]
+    for k, label in (("tf.function allreduce per tensor", "per-tensor allreduce"),
+                     ("tf.function grouped_allreduce", "grouped_allreduce")):
+        rows.append((f"small_mixed in one tf.function, {label}, us/tensor beyond identity",
+                     _f(sm.get(k), "{:.2f}"),
+                     f"core B3 {_f(b3, '{:.2f}')}; mpi4py per tensor "
+                     f"{_f(sm.get('mpi4py Allreduce per tensor'), '{:.2f}')}",
+                     f"{_f(_ratio(sm.get(k), b3), '{:.2f}')}x B3 (goal <= 1.5)"))
+    b1 = fig["b1_ms"]
+    for k, label in (("tf.function grouped_allreduce", "tf.function grouped_allreduce"),
+                     ("tf.function allreduce per tensor", "tf.function allreduce per tensor"),
+                     ("DistributedGradientTape", "DistributedGradientTape (average)")):
+        rows.append((f"ResNet-50 set, {label}, ms beyond baseline", _f(rn.get(k)),
+                     f"core B1 {_f(b1)}; mpi4py per tensor "
+                     f"{_f(rn.get('mpi4py Allreduce per tensor'))}, chunked "
+                     f"{_f(rn.get('mpi4py chunked (best)'))}",
+                     f"{_f(_ratio(rn.get(k), b1), '{:.2f}')}x B1 (goal <= 1.1)"))
+    ratios = {
+        "eager_np1_us_over_tf_identity": over_id,
+        "eager_np2_p50_over_core_b4": r_b4,
+        "small_per_tensor_over_core_b3": _ratio(sm.get("tf.function allreduce per tensor"), b3),
+        "small_grouped_over_core_b3": _ratio(sm.get("tf.function grouped_allreduce"), b3),
+        "resnet_grouped_over_core_b1": _ratio(rn.get("tf.function grouped_allreduce"), b1),
+        "resnet_per_tensor_over_core_b1": _ratio(rn.get("tf.function allreduce per tensor"), b1),
+        "resnet_tape_over_core_b1": _ratio(rn.get("DistributedGradientTape"), b1),
+    }
+    profiles = {}
+    for name in sorted(os.listdir(tmp)):
+        if name.startswith("profile-") and name.endswith(".json"):
+            profiles[name[len("profile-"):-len(".json")]] = _load(os.path.join(tmp, name))
+    result = {"benchmark": "B7", "np": 2, "tf_np1": np1, "tf_np2": np2, "core_figures": fig,
+              "ratios": ratios, "core": core, "profiles": profiles,
+              "verified": bool(np1 and np1.get("verified") and np2 and np2.get("verified"))}
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [" | ".join(r[i].ljust(w[i]) for i in range(4)) for r in
+             [("what", "through TF", "reference (same run)", "ratio (issue-15 goal)")] + rows]
+    lines.insert(1, "-+-".join("-" * x for x in w))
+    for name, prof in profiles.items():
+        if prof:
+            split = ", ".join(f"{k} {v:.0f} %" for k, v in prof.get("percent", {}).items())
+            lines.append(f"profile {name} (perf, rank 0, {prof.get('samples', 0)} samples): {split}")
+    return result, lines
+
+
+def main() -> int:
+    tmp, out = sys.argv[1], sys.argv[2]
+    result, lines = build(tmp)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print("\n".join(lines))
+    print(f"values verified: {result['verified']}; wrote {out}")
+    return 0 if result["verified"] else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

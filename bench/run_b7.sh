@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# B7 (bench/README.md): the allreduce path through TensorFlow against the core's own figures, in
+# one run: hvdc_bench b1, b3, b4 (np=2 pinned; b4 also np=1), then bench/b7_tf_path.py at np=1
+# (plain python, no launcher: the eager case) and at np=2 pinned (eager, small_mixed in a
+# tf.function, the ResNet-50 set in tf.functions and DistributedGradientTape, mpi4py beside
+# them), then (when perf is installed) a perf profile of rank 0 in the eager 4 B loop and in the
+# small-tensor tf.function loop; prints the table with the ratios and writes
+# <out-dir>/b7-np2.json. Usually run through `bench/run.sh --only b7`.
+#
+#   bench/run_b7.sh --bin build-bench/bench/hvdc_bench     (run.sh passes --bin and --out-dir)
+#     --python PY      the interpreter whose horovod_compat is measured (default: .venv/bin/python
+#                      of this checkout; env B7_PYTHON) -- point it at another worktree's venv for
+#                      an A/B; the benchmark scripts stay this checkout's
+#     --quick          fewer iterations and no profile (about a minute)
+#     --full           more iterations (B4 10,000, eager 10,000, 30 steps)
+#     --no-profile     skip the perf profile;  --no-core: skip hvdc_bench (its rows say n/a)
+#     --out-dir DIR    default bench/results;  --timeout S per launch (default 300)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${B7_PYTHON:-$ROOT/.venv/bin/python}
+BIN=$ROOT/build-bench/bench/hvdc_bench
+OUT=$ROOT/bench/results
+MODE=default
+PROFILE=1
+CORE=1
+TIMEOUT=300
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --python) PY=$2; shift ;;
+    --bin) BIN=$(realpath -m "$2"); shift ;;
+    --out-dir) OUT=$(realpath -m "$2"); shift ;;
+    --timeout) TIMEOUT=$2; shift ;;
+    --quick) MODE=quick; PROFILE=0 ;;
+    --full) MODE=full ;;
+    --no-profile) PROFILE=0 ;;
+    --no-core) CORE=0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "run_b7.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ -x $PY ]] || { echo "run_b7.sh: no python at $PY (scripts/install_python.sh makes .venv)" >&2; exit 1; }
+if [[ $CORE == 1 && ! -x $BIN ]]; then
+  echo "run_b7.sh: no hvdc_bench at $BIN (bench/run.sh builds it; or --no-core)" >&2; exit 1
+fi
+command -v perf >/dev/null || PROFILE=0
+
+case $MODE in
+  quick) B1="--steps 10 --warmup 3 --chunk-reps 3"; B3="--steps 10 --warmup 3"; B4="--iters 1000"
+         TF=(--eager-iters 1000 --steps 10 --warmup 3 --resnet-steps 8 --resnet-warmup 2) ;;
+  full) B1="--steps 20 --warmup 5 --chunk-reps 5"; B3="--steps 30 --warmup 5"; B4="--iters 10000"
+        TF=(--eager-iters 10000 --steps 30 --warmup 5 --resnet-steps 20 --resnet-warmup 5) ;;
+  *) B1="--steps 15 --warmup 5 --chunk-reps 3"; B3="--steps 20 --warmup 5"; B4="--iters 3000"
+     TF=(--eager-iters 3000 --steps 20 --warmup 5 --resnet-steps 12 --resnet-warmup 3) ;;
+esac
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
+TMP=$(mktemp -d /tmp/b7.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$OUT"
+launch() {  # np, command...
+  local np=$1; shift
+  timeout --kill-after=10 "$((TIMEOUT + 10))" \
+    mpirun --timeout "$TIMEOUT" -np "$np" --bind-to core "$@"
+}
+FAILED=()
+step() {  # label, command...: runs it, logs into $TMP/<label>.log, remembers a failure
+  local label=$1; shift
+  local t0=$SECONDS
+  if "$@" >"$TMP/$label.log" 2>&1; then
+    echo "  $label: ok ($((SECONDS - t0)) s)"
+  else
+    echo "  $label: FAILED (exit $?); tail of its log:" >&2
+    tail -20 "$TMP/$label.log" >&2
+    FAILED+=("$label")
+  fi
+}
+
+echo "B7: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+     "python $PY, hvdc_bench $([[ $CORE == 1 ]] && echo "$BIN" || echo skipped), mode $MODE"
+START=$SECONDS
+if [[ $CORE == 1 ]]; then
+  # shellcheck disable=SC2086
+  step core-b1 launch 2 "$BIN" b1 --no-paced $B1 --out "$TMP/core-b1-np2.json"
+  # shellcheck disable=SC2086
+  step core-b3 launch 2 "$BIN" b3 $B3 --out "$TMP/core-b3-np2.json"
+  # shellcheck disable=SC2086
+  step core-b4 launch 2 "$BIN" b4 --sizes 4 --wait block $B4 --out "$TMP/core-b4-np2.json"
+  # shellcheck disable=SC2086
+  step core-b4-np1 launch 1 "$BIN" b4 --sizes 4 --wait block $B4 --out "$TMP/core-b4-np1.json"
+fi
+step tf-np1 timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py" "${TF[@]}" \
+  --json "$TMP/tf-np1.json"
+step tf-np2 launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" "${TF[@]}" --json "$TMP/tf-np2.json"
+
+if [[ $PROFILE == 1 ]]; then
+  # perf on rank 0 only; rank 1 runs the same loop unprofiled.
+  for part in eager small; do
+    secs=8
+    step "profile-$part" launch 2 bash -c '
+      if [[ $OMPI_COMM_WORLD_RANK == 0 ]]; then
+        exec perf record -q -g -F 2000 -o "$0/perf-$1.data" -- "$2" "$3" --parts "$1" --loop-seconds "$4"
+      fi
+      exec "$2" "$3" --parts "$1" --loop-seconds "$4"' "$TMP" "$part" "$PY" \
+      "$ROOT/bench/b7_tf_path.py" "$secs"
+    calls=$(sed -n 's/^b7 profile loop: .* x \([0-9]*\) in.*/\1/p' "$TMP/profile-$part.log")
+    # eager: one call = one allreduce; small: one call = one tf.function of 1000 allreduces.
+    [[ -f $TMP/perf-$part.data ]] && step "split-$part" "$PY" "$ROOT/bench/b7_profile.py" \
+      "$TMP/perf-$part.data" "$TMP/profile-$part.json" --seconds "$secs" --freq 2000 \
+      --label "$part" --calls "${calls:-0}"
+  done
+fi
+
+echo
+echo "B7 np=2 pinned (np=1 eager: plain python), finished in $((SECONDS - START)) s," \
+     "load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+rc=0
+"$PY" "$ROOT/bench/b7_report.py" "$TMP" "$OUT/b7-np2.json" || rc=$?
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  echo "B7 FAILED: ${FAILED[*]}" >&2
+  exit 1
+fi
+exit "$rc"
