@@ -129,7 +129,11 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
     for name, prof in profiles.items():
         if prof:
             split = ", ".join(f"{k} {v:.0f} %" for k, v in prof.get("percent", {}).items())
-            lines.append(f"profile {name} (perf, rank 0, {prof.get('samples', 0)} samples): {split}")
+            lines.append(f"profile {name} (perf -g, rank 0's loop, {prof.get('samples', 0)} "
+                         f"samples, {prof.get('cpu_cores_busy', 0):.2f} cores busy, "
+                         f"{prof.get('us_per_call_while_profiled', 0):.0f} us/call): {split}")
+            lines.append("  by thread: " + ", ".join(
+                f"{k} {v:.0f} %" for k, v in prof.get("percent_by_thread", {}).items()))
     return result, lines
 
 

@@ -14,14 +14,17 @@ import argparse
 import json
 import os
 import platform
+import signal
+import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from b7_common import SET_DIR, check, expected_sum, load_set, pattern, stats, time_interleaved  # noqa: E402
+from b7_common import (SET_DIR, check, expected_sum, load_set, pattern, stats,  # noqa: E402
+                       time_interleaved)
 
 PARTS = ("eager", "small", "resnet")
 
@@ -87,6 +90,13 @@ def _set_inputs(tf: Any, rank: int, size: int, counts: List[int]):
     return inputs, want
 
 
+def _check_function(name: str, out: Any, inputs: List[Any], want: List[np.ndarray]) -> None:
+    if "identity" in name:
+        check(name, _numpy(out), [x.numpy().astype(np.float64) for x in inputs], exact=True)
+    else:
+        check(name, _numpy(out), want, exact=True)
+
+
 def _checked_functions(tf: Any, hvd: Any, inputs: List[Any], want: List[np.ndarray],
                        first_call_s: Dict[str, float]) -> Dict[str, Callable[[], Any]]:
     """Calls each function once (traces it: seconds into ``first_call_s``) and checks its
@@ -96,12 +106,17 @@ def _checked_functions(tf: Any, hvd: Any, inputs: List[Any], want: List[np.ndarr
         t0 = time.monotonic()
         out = fn(inputs)
         first_call_s[name] = time.monotonic() - t0
-        if "identity" in name:
-            check(name, _numpy(out), [x.numpy().astype(np.float64) for x in inputs], exact=True)
-        else:
-            check(name, _numpy(out), want, exact=True)
+        _check_function(name, out, inputs, want)
         steps[name] = (lambda f: lambda: f(inputs))(fn)
     return steps
+
+
+def _check_again(steps: Dict[str, Callable[[], Any]], inputs: List[Any],
+                 want: List[np.ndarray]) -> None:
+    """After timing (the runtime's cached, steady-state path): every function's result again."""
+    for name, step in steps.items():
+        if name.startswith("tf.function"):
+            _check_function(name + " after timing", step(), inputs, want)
 
 
 def small_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps: int
@@ -114,6 +129,7 @@ def small_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps: 
     variants = _checked_functions(tf, hvd, inputs, want, first)
     variants["mpi4py Allreduce per tensor"] = b7_raw_mpi.per_tensor(comm, counts)
     times = time_interleaved(variants, warmup=warmup, steps=steps, comm=comm)
+    _check_again(variants, inputs, want)
     base = float(np.median(times["tf.function identity (no collectives)"]))
     per_tensor_us = {}
     for k, v in times.items():
@@ -127,9 +143,12 @@ def small_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps: 
 def _tape_steps(tf: Any, hvd: Any, rank: int, counts: List[int]) -> Dict[str, Callable[[], Any]]:
     """tf.function train steps over variables shaped like the set: the loss is a sum of cheap
     terms whose gradient is ``pattern(rank, t) * dy`` (one multiply: a fresh buffer, as a real
-    gradient is); with hvd.DistributedGradientTape (default op Average) and without."""
+    gradient is); with hvd.DistributedGradientTape (default op Average) and without. The loss
+    is scaled by a variable (1.0) so that dy is known only at run time: otherwise grappler
+    folds every gradient into a constant."""
     variables = [tf.Variable(tf.zeros([n]), name=f"v{t}") for t, n in enumerate(counts)]
     grads_of = [tf.constant(pattern(rank, t, n)) for t, n in enumerate(counts)]
+    scale = tf.Variable(1.0, name="loss_scale")
 
     def term(c: Any) -> Callable[[Any], Any]:
         @tf.custom_gradient
@@ -143,7 +162,7 @@ def _tape_steps(tf: Any, hvd: Any, rank: int, counts: List[int]) -> Dict[str, Ca
         @tf.function(autograph=False)
         def step() -> List[Any]:
             with tf.GradientTape() as tape:
-                loss = tf.add_n([f(v.value()) for f, v in zip(terms, variables)])
+                loss = tf.add_n([f(v.value()) for f, v in zip(terms, variables)]) * scale
             if distributed:
                 tape = hvd.DistributedGradientTape(tape)
             return tape.gradient(loss, variables)
@@ -177,6 +196,10 @@ def resnet_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps:
     chunked, sweep = b7_raw_mpi.best_chunked(comm, counts, chunk_reps)
     variants["mpi4py chunked (best)"] = chunked
     times = time_interleaved(variants, warmup=warmup, steps=steps, comm=comm)
+    _check_again(variants, inputs, want)
+    tape = variants["DistributedGradientTape step"]
+    check("DistributedGradientTape after timing", _numpy(tape()), [w / size for w in want],
+          _exact(True, size))
     med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
     fn_base = med["tf.function identity (no collectives)"]
     tape_base = med["tf.GradientTape step (no runtime)"]
@@ -208,32 +231,52 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--loop-seconds", type=float, default=0.0,
                    help="profiling: instead of measuring, repeat the first part's hvd variant "
                    "for this long (eager: hvd.allreduce; small: per-tensor tf.function)")
+    p.add_argument("--perf-out", default="",
+                   help="with --loop-seconds: perf record -g rank 0's loop into this file")
+    p.add_argument("--perf-freq", type=int, default=2000)
     p.add_argument("--json", default="")
     return p.parse_args(argv)
 
 
-def profile_loop(tf: Any, hvd: Any, part: str, seconds: float, comm: Optional[Any]) -> int:
-    """Repeats one path for ``seconds`` (for perf record); returns the calls made."""
+def profile_loop(tf: Any, hvd: Any, part: str, seconds: float, comm: Optional[Any],
+                 perf_out: str, perf_freq: int) -> Tuple[int, float]:
+    """Repeats one path for ``seconds`` after a warm-up, with ``perf record -g`` attached to this
+    process (rank 0 only, when ``perf_out`` is given) for exactly that loop; returns (calls,
+    seconds looped)."""
     if part == "eager":
         x = tf.constant(pattern(hvd.rank(), 0, 1))
-        call = lambda: hvd.allreduce(x)  # noqa: E731
+        call, batch = (lambda: hvd.allreduce(x)), 100
     else:
         counts = load_set("small_mixed")
         inputs, want = _set_inputs(tf, hvd.rank(), hvd.size(), counts)
         fn = _function_variants(tf, hvd)["tf.function allreduce per tensor"]
         check("profile loop", _numpy(fn(inputs)), want, exact=True)
-        call = lambda: fn(inputs)  # noqa: E731
+        call, batch = (lambda: fn(inputs)), 2
+    for _ in range(batch * 5):
+        call()
+    perf = None
+    if perf_out and hvd.rank() == 0:
+        perf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", str(perf_freq), "-o",
+                                 perf_out, "-p", str(os.getpid())])
+        time.sleep(0.5)  # let it attach
+    if comm is not None:
+        comm.Barrier()
     # The ranks must make the same number of calls: rank 0 decides when to stop.
-    n, stop, t_end = 0, np.zeros(1, dtype=np.int32), time.monotonic() + seconds
+    n, stop, t0 = 0, np.zeros(1, dtype=np.int32), time.monotonic()
     while True:
-        for _ in range(100 if part == "eager" else 2):
+        for _ in range(batch):
             call()
-            n += 1
-        stop[0] = int(time.monotonic() >= t_end)
+        n += batch
+        stop[0] = int(time.monotonic() - t0 >= seconds)
         if comm is not None:
             comm.Bcast(stop, root=0)
         if stop[0]:
-            return n
+            break
+    looped = time.monotonic() - t0
+    if perf is not None:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(timeout=60)
+    return n, looped
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -250,9 +293,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if size > 1 and comm is None:
         raise SystemExit("b7: np > 1 needs mpirun (mpi4py carries the barriers and reference)")
     if args.loop_seconds > 0:
-        n = profile_loop(tf, hvd, parts[0], args.loop_seconds, comm)
+        n, looped = profile_loop(tf, hvd, parts[0], args.loop_seconds, comm, args.perf_out,
+                                 args.perf_freq)
         if hvd.rank() == 0:
-            print(f"b7 profile loop: {parts[0]} x {n} in {args.loop_seconds:.0f} s")
+            print(f"b7 profile loop: {parts[0]} x {n} in {looped:.3f} s, pid {os.getpid()}")
+        hvd.shutdown()
         return 0
     result: Dict[str, Any] = {
         "benchmark": "B7", "np": size, "launcher": "mpirun" if comm is not None else "none",

@@ -40,7 +40,10 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-[[ -x $PY ]] || { echo "run_b7.sh: no python at $PY (scripts/install_python.sh makes .venv)" >&2; exit 1; }
+if [[ ! -x $PY ]]; then
+  echo "run_b7.sh: no python at $PY (scripts/install_python.sh makes .venv)" >&2
+  exit 1
+fi
 if [[ $CORE == 1 && ! -x $BIN ]]; then
   echo "run_b7.sh: no hvdc_bench at $BIN (bench/run.sh builds it; or --no-core)" >&2; exit 1
 fi
@@ -95,20 +98,20 @@ step tf-np1 timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py"
 step tf-np2 launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" "${TF[@]}" --json "$TMP/tf-np2.json"
 
 if [[ $PROFILE == 1 ]]; then
-  # perf on rank 0 only; rank 1 runs the same loop unprofiled.
+  # perf record -g attached to rank 0 for its steady-state loop only (b7_tf_path.py
+  # --loop-seconds); rank 1 runs the same loop unprofiled.
   for part in eager small; do
-    secs=8
-    step "profile-$part" launch 2 bash -c '
-      if [[ $OMPI_COMM_WORLD_RANK == 0 ]]; then
-        exec perf record -q -g -F 2000 -o "$0/perf-$1.data" -- "$2" "$3" --parts "$1" --loop-seconds "$4"
-      fi
-      exec "$2" "$3" --parts "$1" --loop-seconds "$4"' "$TMP" "$part" "$PY" \
-      "$ROOT/bench/b7_tf_path.py" "$secs"
-    calls=$(sed -n 's/^b7 profile loop: .* x \([0-9]*\) in.*/\1/p' "$TMP/profile-$part.log")
-    # eager: one call = one allreduce; small: one call = one tf.function of 1000 allreduces.
-    [[ -f $TMP/perf-$part.data ]] && step "split-$part" "$PY" "$ROOT/bench/b7_profile.py" \
-      "$TMP/perf-$part.data" "$TMP/profile-$part.json" --seconds "$secs" --freq 2000 \
-      --label "$part" --calls "${calls:-0}"
+    step "profile-$part" launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" --parts "$part" \
+      --loop-seconds 6 --perf-out "$TMP/perf-$part.data" --perf-freq 2000
+    read -r calls secs pid < <(sed -n \
+      's/^b7 profile loop: .* x \([0-9]*\) in \([0-9.]*\) s, pid \([0-9]*\)/\1 \2 \3/p' \
+      "$TMP/profile-$part.log") || true
+    # eager: one call = one 4 B allreduce; small: one call = one tf.function of 1000 allreduces.
+    if [[ -f $TMP/perf-$part.data && -n ${pid:-} ]]; then
+      step "split-$part" "$PY" "$ROOT/bench/b7_profile.py" "$TMP/perf-$part.data" \
+        "$TMP/profile-$part.json" --pid "$pid" --seconds "$secs" --freq 2000 --label "$part" \
+        --calls "$calls"
+    fi
   done
 fi
 
