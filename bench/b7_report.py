@@ -119,7 +119,8 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
     for name in sorted(os.listdir(tmp)):
         if name.startswith("profile-") and name.endswith(".json"):
             profiles[name[len("profile-"):-len(".json")]] = _load(os.path.join(tmp, name))
-    result = {"benchmark": "B7", "np": 2, "tf_np1": np1, "tf_np2": np2, "core_figures": fig,
+    run = json.loads(os.environ.get("B7_RUN_INFO") or "{}")
+    result = {"benchmark": "B7", "np": 2, "run": run, "tf_np1": np1, "tf_np2": np2, "core_figures": fig,
               "ratios": ratios, "core": core, "profiles": profiles,
               "verified": bool(np1 and np1.get("verified") and np2 and np2.get("verified"))}
     w = [max(len(r[i]) for r in rows) for i in range(4)]

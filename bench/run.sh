@@ -144,7 +144,9 @@ if [[ $RUN_B7 == 1 ]]; then
   echo
   echo "################ b7  np=2 pinned (and np=1)  transport mpi"
   [[ $FULL == 1 ]] && B7_ARGS+=(--full)
-  "$ROOT/bench/run_b7.sh" --bin "$BIN" --out-dir "$OUT" --timeout "$((TIMEOUT < 300 ? TIMEOUT : 300))" \
+  [[ $TRANSPORT == mpi ]] || echo "run.sh: b7 runs over MPI only (--transport $TRANSPORT ignored)"
+  "$ROOT/bench/run_b7.sh" --bin "$BIN" --out-dir "$OUT" \
+    --timeout "$((TIMEOUT < 300 ? TIMEOUT : 300))" \
     "${B7_ARGS[@]}" || { echo "run.sh: b7 FAILED" >&2; FAILED+=(b7); }
 fi
 echo

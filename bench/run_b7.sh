@@ -80,7 +80,9 @@ step() {  # label, command...: runs it, logs into $TMP/<label>.log, remembers a 
   fi
 }
 
-echo "B7: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+START_UTC=$(date -u +%FT%TZ)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "B7: $START_UTC, $(nproc) cores, load average $LOAD0," \
      "python $PY, hvdc_bench $([[ $CORE == 1 ]] && echo "$BIN" || echo skipped), mode $MODE"
 START=$SECONDS
 if [[ $CORE == 1 ]]; then
@@ -119,7 +121,12 @@ echo
 echo "B7 np=2 pinned (np=1 eager: plain python), finished in $((SECONDS - START)) s," \
      "load average now $(cut -d' ' -f1-3 /proc/loadavg)"
 rc=0
-"$PY" "$ROOT/bench/b7_report.py" "$TMP" "$OUT/b7-np2.json" || rc=$?
+INFO_FMT='{"start_utc": "%s", "loadavg_start": "%s", "loadavg_end": "%s", "mode": "%s",'
+INFO_FMT+=' "seconds": %d, "python": "%s", "hvdc_bench": "%s", "failed": "%s"}'
+# shellcheck disable=SC2059
+B7_RUN_INFO=$(printf "$INFO_FMT" "$START_UTC" "$LOAD0" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+  "$MODE" "$((SECONDS - START))" "$PY" "$([[ $CORE == 1 ]] && echo "$BIN")" "${FAILED[*]}") \
+  "$PY" "$ROOT/bench/b7_report.py" "$TMP" "$OUT/b7-np2.json" || rc=$?
 if [[ ${#FAILED[@]} -gt 0 ]]; then
   echo "B7 FAILED: ${FAILED[*]}" >&2
   exit 1
