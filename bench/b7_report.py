@@ -51,6 +51,11 @@ def core_figures(core: Dict[str, Any]) -> Dict[str, Optional[float]]:
     }
 
 
+def _mean(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    vals = [v for v in (a, b) if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return None if a is None or b is None or b == 0 else a / b
 
@@ -62,9 +67,17 @@ def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:
 def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
     """The merged result and the text lines of the summary."""
     np1, np2 = _load(os.path.join(tmp, "tf-np1.json")), _load(os.path.join(tmp, "tf-np2.json"))
-    core = {k: _load(os.path.join(tmp, f"core-{f}.json")) for k, f in
-            (("b1", "b1-np2"), ("b3", "b3-np2"), ("b4", "b4-np2"), ("b4_np1", "b4-np1"))}
-    fig = core_figures(core)
+    names = (("b1", "b1-np2"), ("b3", "b3-np2"), ("b4", "b4-np2"), ("b4_np1", "b4-np1"))
+    core = {k: _load(os.path.join(tmp, f"core-{f}.json")) for k, f in names}
+    core_after = {k: _load(os.path.join(tmp, f"core-{f}-after.json")) for k, f in names}
+    fig_before, fig_after = core_figures(core), core_figures(core_after)
+    fig = {k: _mean(fig_before[k], fig_after[k]) for k in fig_before}
+    def cf(key: str, fmt: str = "{:.1f}") -> str:
+        """The core figure used (mean) with its before/after values."""
+        b, a = fig_before[key], fig_after[key]
+        spread = f" ({_f(b, fmt)}/{_f(a, fmt)})" if b is not None and a is not None else ""
+        return _f(fig[key], fmt) + spread
+
     e1 = (np1 or {}).get("eager", {}).get("latency_us", {})
     e2 = (np2 or {}).get("eager", {}).get("latency_us", {})
     sm = (np2 or {}).get("small", {}).get("us_per_tensor_beyond_identity", {})
@@ -79,14 +92,14 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                  f"{_f(hvd1)} / {_f(p99(e1, 'hvd.allreduce'))} "
                  f"(generated op {_f(p50(e1, 'generated op'))})",
                  f"tf.identity {_f(id1)} / {_f(p99(e1, 'tf.identity'))}; "
-                 f"core B4 np=1 {_f(fig['b4_np1_p50_us'])}",
+                 f"core B4 np=1 {cf('b4_np1_p50_us')}",
                  f"+{_f(over_id)} us over tf.identity (goal <= +15)"))
     hvd2 = p50(e2, "hvd.allreduce")
     r_b4 = _ratio(hvd2, fig["b4_np2_p50_us"])
     rows.append(("eager allreduce 4 B, np=2, p50/p99 us",
                  f"{_f(hvd2)} / {_f(p99(e2, 'hvd.allreduce'))} "
                  f"(generated op {_f(p50(e2, 'generated op'))})",
-                 f"core B4 {_f(fig['b4_np2_p50_us'])}; mpi4py {_f(p50(e2, 'mpi4py Allreduce'))}; "
+                 f"core B4 {cf('b4_np2_p50_us')}; mpi4py {_f(p50(e2, 'mpi4py Allreduce'))}; "
                  f"tf.identity {_f(p50(e2, 'tf.identity'))}",
                  f"{_f(r_b4, '{:.2f}')}x B4 (goal <= 1.3)"))
     b3 = fig["b3_small_us_per_tensor"]
@@ -94,7 +107,7 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                      ("tf.function grouped_allreduce", "grouped_allreduce")):
         rows.append((f"small_mixed in one tf.function, {label}, us/tensor beyond identity",
                      _f(sm.get(k), "{:.2f}"),
-                     f"core B3 {_f(b3, '{:.2f}')}; mpi4py per tensor "
+                     f"core B3 {cf('b3_small_us_per_tensor', '{:.2f}')}; mpi4py per tensor "
                      f"{_f(sm.get('mpi4py Allreduce per tensor'), '{:.2f}')}",
                      f"{_f(_ratio(sm.get(k), b3), '{:.2f}')}x B3 (goal <= 1.5)"))
     b1 = fig["b1_ms"]
@@ -102,7 +115,7 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                      ("tf.function allreduce per tensor", "tf.function allreduce per tensor"),
                      ("DistributedGradientTape", "DistributedGradientTape (average)")):
         rows.append((f"ResNet-50 set, {label}, ms beyond baseline", _f(rn.get(k)),
-                     f"core B1 {_f(b1)}; mpi4py per tensor "
+                     f"core B1 {cf('b1_ms')}; mpi4py per tensor "
                      f"{_f(rn.get('mpi4py Allreduce per tensor'))}, chunked "
                      f"{_f(rn.get('mpi4py chunked (best)'))}",
                      f"{_f(_ratio(rn.get(k), b1), '{:.2f}')}x B1 (goal <= 1.1)"))
@@ -120,13 +133,19 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
         if name.startswith("profile-") and name.endswith(".json"):
             profiles[name[len("profile-"):-len(".json")]] = _load(os.path.join(tmp, name))
     run = json.loads(os.environ.get("B7_RUN_INFO") or "{}")
-    result = {"benchmark": "B7", "np": 2, "run": run, "tf_np1": np1, "tf_np2": np2, "core_figures": fig,
-              "ratios": ratios, "core": core, "profiles": profiles,
+    result = {"benchmark": "B7", "np": 2, "run": run, "tf_np1": np1, "tf_np2": np2,
+              "core_figures": fig, "core_figures_before": fig_before,
+              "core_figures_after": fig_after, "ratios": ratios, "core": core,
+              "core_after": core_after, "profiles": profiles,
               "verified": bool(np1 and np1.get("verified") and np2 and np2.get("verified"))}
     w = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [" | ".join(r[i].ljust(w[i]) for i in range(4)) for r in
              [("what", "through TF", "reference (same run)", "ratio (issue-15 goal)")] + rows]
     lines.insert(1, "-+-".join("-" * x for x in w))
+    lines.append("core figures: mean of hvdc_bench before and after the TF runs (before/after); "
+                 f"B1 raw best-chunked {cf('b1_raw_chunked_ms')} ms, B3 raw per tensor "
+                 f"{cf('b3_small_raw_us_per_tensor', '{:.2f}')} us, B4 raw "
+                 f"{cf('b4_np2_raw_p50_us')} us")
     for name, prof in profiles.items():
         if prof:
             split = ", ".join(f"{k} {v:.0f} %" for k, v in prof.get("percent", {}).items())

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # B7 (bench/README.md): the allreduce path through TensorFlow against the core's own figures, in
-# one run: hvdc_bench b1, b3, b4 (np=2 pinned; b4 also np=1), then bench/b7_tf_path.py at np=1
+# one run: hvdc_bench b1, b3, b4 (np=2 pinned; b4 also np=1) before and again after
+# bench/b7_tf_path.py at np=1
 # (plain python, no launcher: the eager case) and at np=2 pinned (eager, small_mixed in a
 # tf.function, the ResNet-50 set in tf.functions and DistributedGradientTape, mpi4py beside
 # them), then (when perf is installed) a perf profile of rank 0 in the eager 4 B loop and in the
@@ -85,19 +86,26 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "B7: $START_UTC, $(nproc) cores, load average $LOAD0," \
      "python $PY, hvdc_bench $([[ $CORE == 1 ]] && echo "$BIN" || echo skipped), mode $MODE"
 START=$SECONDS
-if [[ $CORE == 1 ]]; then
+core_runs() {  # file suffix: hvdc_bench b1, b3, b4 at np=2 and b4 at np=1
+  [[ $CORE == 1 ]] || return 0
   # shellcheck disable=SC2086
-  step core-b1 launch 2 "$BIN" b1 --no-paced $B1 --out "$TMP/core-b1-np2.json"
+  step "core-b1$1" launch 2 "$BIN" b1 --no-paced $B1 --out "$TMP/core-b1-np2$1.json"
   # shellcheck disable=SC2086
-  step core-b3 launch 2 "$BIN" b3 $B3 --out "$TMP/core-b3-np2.json"
+  step "core-b3$1" launch 2 "$BIN" b3 $B3 --out "$TMP/core-b3-np2$1.json"
   # shellcheck disable=SC2086
-  step core-b4 launch 2 "$BIN" b4 --sizes 4 --wait block $B4 --out "$TMP/core-b4-np2.json"
+  step "core-b4$1" launch 2 "$BIN" b4 --sizes 4 --wait block $B4 --out "$TMP/core-b4-np2$1.json"
   # shellcheck disable=SC2086
-  step core-b4-np1 launch 1 "$BIN" b4 --sizes 4 --wait block $B4 --out "$TMP/core-b4-np1.json"
-fi
+  step "core-b4-np1$1" launch 1 "$BIN" b4 --sizes 4 --wait block $B4 \
+    --out "$TMP/core-b4-np1$1.json"
+}
+
+# The core's figures before and after the TF part (the report divides by their mean), so that a
+# change of load during the run shows up as a spread instead of a skewed ratio.
+core_runs ""
 step tf-np1 timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py" "${TF[@]}" \
   --json "$TMP/tf-np1.json"
 step tf-np2 launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" "${TF[@]}" --json "$TMP/tf-np2.json"
+core_runs -after
 
 if [[ $PROFILE == 1 ]]; then
   # perf record -g attached to rank 0 for its steady-state loop only (b7_tf_path.py
