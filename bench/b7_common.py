@@ -75,8 +75,11 @@ def stats(samples: Sequence[float], scale: float = 1.0) -> Dict[str, float]:
 
 
 def time_interleaved(variants: Dict[str, Callable[[], object]], warmup: int, steps: int,
-                     comm: Optional[object] = None) -> Dict[str, np.ndarray]:
-    """Seconds per call of each variant, run in rounds whose order rotates every round.
+                     comm: Optional[object] = None, block: int = 1) -> Dict[str, np.ndarray]:
+    """Seconds per call of each variant, run in rounds whose order rotates every round; in each
+    round a variant makes ``block`` calls in a row (so that a cheap variant is not timed in the
+    wake of an expensive one: leftover work of the runtime's threads, cold caches).
+    ``warmup`` and ``steps`` count rounds.
 
     With an mpi4py ``comm``: a barrier before every call and, at the end, the per-call maximum
     over ranks (as the core benchmarks do with MPI_Barrier / MPI_Wtime / MPI_Allreduce MAX).
@@ -88,13 +91,14 @@ def time_interleaved(variants: Dict[str, Callable[[], object]], warmup: int, ste
         for k in range(len(names)):
             name = names[(k + rnd) % len(names)]
             fn = variants[name]
-            if comm is not None:
-                comm.Barrier()
-            t0 = clock()
-            fn()
-            t = clock() - t0
-            if rnd >= warmup:
-                local[name].append(t)
+            for _ in range(block):
+                if comm is not None:
+                    comm.Barrier()
+                t0 = clock()
+                fn()
+                t = clock() - t0
+                if rnd >= warmup:
+                    local[name].append(t)
     out = {}
     for name in names:
         a = np.asarray(local[name], dtype=np.float64)

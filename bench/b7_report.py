@@ -128,12 +128,33 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
         "resnet_per_tensor_over_core_b1": _ratio(rn.get("tf.function allreduce per tensor"), b1),
         "resnet_tape_over_core_b1": _ratio(rn.get("DistributedGradientTape"), b1),
     }
+    def eager_split(e: Dict[str, Any], b4: Optional[float]) -> Dict[str, Optional[float]]:
+        """p50 differences: the wrapper, TF's dispatch, the rest of the op and what B4 takes."""
+        hvd, gen, ident = (p50(e, k) for k in ("hvd.allreduce", "generated op", "tf.identity"))
+        sub = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
+        op_rest = sub(gen, ident)
+        return {"python_wrapper_us": sub(hvd, gen), "tf_dispatch_us (tf.identity)": ident,
+                "op_kernel_runtime_completion_us": op_rest, "core_b4_us": b4,
+                "tf_side_beyond_core_us": sub(op_rest, b4)}
+
+    split_sub = {"eager_np1": eager_split(e1, fig["b4_np1_p50_us"]),
+                 "eager_np2": eager_split(e2, fig["b4_np2_p50_us"])}
     profiles = {}
     for name in sorted(os.listdir(tmp)):
         if name.startswith("profile-") and name.endswith(".json"):
             profiles[name[len("profile-"):-len(".json")]] = _load(os.path.join(tmp, name))
     run = json.loads(os.environ.get("B7_RUN_INFO") or "{}")
+    split_lines = []
+    for name, sp in split_sub.items():
+        split_lines.append(
+            f"{name} by subtraction (p50 us): horovod_compat Python {_f(sp['python_wrapper_us'])}"
+            f" (hvd.allreduce - generated op); TF eager dispatch ~"
+            f"{_f(sp['tf_dispatch_us (tf.identity)'])} (tf.identity); op kernel + runtime + "
+            f"completion {_f(sp['op_kernel_runtime_completion_us'])} (generated op - "
+            f"tf.identity), of which the core's enqueue->callback (B4) {_f(sp['core_b4_us'])} "
+            f"and {_f(sp['tf_side_beyond_core_us'])} beyond it")
     result = {"benchmark": "B7", "np": 2, "run": run, "tf_np1": np1, "tf_np2": np2,
+              "split_by_subtraction": split_sub,
               "core_figures": fig, "core_figures_before": fig_before,
               "core_figures_after": fig_after, "ratios": ratios, "core": core,
               "core_after": core_after, "profiles": profiles,
@@ -146,6 +167,7 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                  f"B1 raw best-chunked {cf('b1_raw_chunked_ms')} ms, B3 raw per tensor "
                  f"{cf('b3_small_raw_us_per_tensor', '{:.2f}')} us, B4 raw "
                  f"{cf('b4_np2_raw_p50_us')} us")
+    lines.extend(split_lines)
     for name, prof in profiles.items():
         if prof:
             split = ", ".join(f"{k} {v:.0f} %" for k, v in prof.get("percent", {}).items())

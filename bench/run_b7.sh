@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # B7 (bench/README.md): the allreduce path through TensorFlow against the core's own figures, in
-# one run: hvdc_bench b1, b3, b4 (np=2 pinned; b4 also np=1) before and again after
-# bench/b7_tf_path.py at np=1
-# (plain python, no launcher: the eager case) and at np=2 pinned (eager, small_mixed in a
-# tf.function, the ResNet-50 set in tf.functions and DistributedGradientTape, mpi4py beside
-# them), then (when perf is installed) a perf profile of rank 0 in the eager 4 B loop and in the
-# small-tensor tf.function loop; prints the table with the ratios and writes
-# <out-dir>/b7-np2.json. Usually run through `bench/run.sh --only b7`.
+# one run: hvdc_bench b1, b3, b4 (np=2 pinned; b4 also np=1) before and again after the TF part,
+# which is bench/b7_tf_path.py at np=1 (plain python, no launcher: the eager case) and at np=2
+# pinned (eager, small_mixed in a tf.function, the ResNet-50 set in tf.functions and through
+# DistributedGradientTape, mpi4py beside them); then, when perf is installed, a perf profile of
+# rank 0's steady-state loop: eager 4 B at np=2 and np=1, small_mixed in a tf.function at np=2.
+# Prints the table with the ratios and writes <out-dir>/b7-np2.json. Usually run through
+# `bench/run.sh --only b7`.
 #
 #   bench/run_b7.sh --bin build-bench/bench/hvdc_bench     (run.sh passes --bin and --out-dir)
 #     --python PY      the interpreter whose horovod_compat is measured (default: .venv/bin/python
@@ -36,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --full) MODE=full ;;
     --no-profile) PROFILE=0 ;;
     --no-core) CORE=0 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "run_b7.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -110,9 +110,14 @@ core_runs -after
 if [[ $PROFILE == 1 ]]; then
   # perf record -g attached to rank 0 for its steady-state loop only (b7_tf_path.py
   # --loop-seconds); rank 1 runs the same loop unprofiled.
-  for part in eager small; do
-    step "profile-$part" launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" --parts "$part" \
-      --loop-seconds 6 --perf-out "$TMP/perf-$part.data" --perf-freq 2000
+  for part in eager small eager-np1; do
+    if [[ $part == eager-np1 ]]; then  # plain python, no launcher
+      step "profile-$part" timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py" \
+        --parts eager --loop-seconds 6 --perf-out "$TMP/perf-$part.data" --perf-freq 2000
+    else
+      step "profile-$part" launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" --parts "$part" \
+        --loop-seconds 6 --perf-out "$TMP/perf-$part.data" --perf-freq 2000
+    fi
     read -r calls secs pid < <(sed -n \
       's/^b7 profile loop: .* x \([0-9]*\) in \([0-9.]*\) s, pid \([0-9]*\)/\1 \2 \3/p' \
       "$TMP/profile-$part.log") || true
