@@ -117,6 +117,12 @@ def main() -> int:
         res["cpu_cores_busy"] = round(n / (a.seconds * a.freq), 3)
     if a.calls and a.seconds:
         res["us_per_call_while_profiled"] = round(a.seconds / a.calls * 1e6, 2)
+    if a.calls and a.freq:
+        # CPU µs per call of rank 0 (all its threads), by category: comparable between a loop
+        # and the same loop without the runtime.
+        per_call = n / a.freq / a.calls * 1e6
+        res["cpu_us_per_call"] = {k: round(v / 100.0 * per_call, 3) for k, v in cats.items()}
+        res["cpu_us_per_call_total"] = round(per_call, 3)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"{a.label}: {n} samples, " + ", ".join(f"{k} {v:.1f} %" for k, v in cats.items() if v))

@@ -168,6 +168,20 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                  f"{cf('b3_small_raw_us_per_tensor', '{:.2f}')} us, B4 raw "
                  f"{cf('b4_np2_raw_p50_us')} us")
     lines.extend(split_lines)
+    profile_diff = {}
+    for label, base, per in (("eager", "eager-identity", 1), ("small", "small-identity", 1000)):
+        a, b = profiles.get(label) or {}, profiles.get(base) or {}
+        if a.get("cpu_us_per_call") and b.get("cpu_us_per_call"):
+            diff = {k: (v - b["cpu_us_per_call"].get(k, 0.0)) / per
+                    for k, v in a["cpu_us_per_call"].items()}
+            total = (a["cpu_us_per_call_total"] - b["cpu_us_per_call_total"]) / per
+            profile_diff[label] = {"cpu_us_total": total, "cpu_us_by_category": diff}
+            what = ("eager np=2: rank 0's CPU per allreduce beyond tf.identity" if per == 1 else
+                    "small_mixed tf.function: rank 0's CPU per tensor beyond the identity function")
+            lines.append(f"{what} (perf, all its threads): {total:.1f} us = " + ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(diff.items(), key=lambda kv: -kv[1])
+                if abs(v) >= 0.05))
+    result["profile_difference"] = profile_diff
     for name, prof in profiles.items():
         if prof:
             split = ", ".join(f"{k} {v:.0f} %" for k, v in prof.get("percent", {}).items())

@@ -235,6 +235,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--loop-seconds", type=float, default=0.0,
                    help="profiling: instead of measuring, repeat the first part's hvd variant "
                    "for this long (eager: hvd.allreduce; small: per-tensor tf.function)")
+    p.add_argument("--loop-variant", choices=("hvd", "identity"), default="hvd",
+                   help="with --loop-seconds: identity loops over the same work without the "
+                   "runtime (tf.identity / the identity tf.function)")
     p.add_argument("--perf-out", default="",
                    help="with --loop-seconds: perf record -g rank 0's loop into this file")
     p.add_argument("--perf-freq", type=int, default=2000)
@@ -242,19 +245,23 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def profile_loop(tf: Any, hvd: Any, part: str, seconds: float, comm: Optional[Any],
-                 perf_out: str, perf_freq: int) -> Tuple[int, float]:
+def profile_loop(tf: Any, hvd: Any, part: str, variant: str, seconds: float,
+                 comm: Optional[Any], perf_out: str, perf_freq: int) -> Tuple[int, float]:
     """Repeats one path for ``seconds`` after a warm-up, with ``perf record -g`` attached to this
     process (rank 0 only, when ``perf_out`` is given) for exactly that loop; returns (calls,
-    seconds looped)."""
+    seconds looped). ``variant`` hvd: eager hvd.allreduce / the per-tensor tf.function;
+    identity: tf.identity / the identity tf.function (the same loop without the runtime)."""
     if part == "eager":
         x = tf.constant(pattern(hvd.rank(), 0, 1))
-        call, batch = (lambda: hvd.allreduce(x)), 100
+        call = (lambda: hvd.allreduce(x)) if variant == "hvd" else (lambda: tf.identity(x))
+        batch = 100
     else:
         counts = load_set("small_mixed")
         inputs, want = _set_inputs(tf, hvd.rank(), hvd.size(), counts)
-        fn = _function_variants(tf, hvd)["tf.function allreduce per tensor"]
-        check("profile loop", _numpy(fn(inputs)), want, exact=True)
+        name = ("tf.function allreduce per tensor" if variant == "hvd" else
+                "tf.function identity (no collectives)")
+        fn = _function_variants(tf, hvd)[name]
+        _check_function(name, fn(inputs), inputs, want)
         call, batch = (lambda: fn(inputs)), 2
     for _ in range(batch * 5):
         call()
@@ -297,8 +304,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if size > 1 and comm is None:
         raise SystemExit("b7: np > 1 needs mpirun (mpi4py carries the barriers and reference)")
     if args.loop_seconds > 0:
-        n, looped = profile_loop(tf, hvd, parts[0], args.loop_seconds, comm, args.perf_out,
-                                 args.perf_freq)
+        n, looped = profile_loop(tf, hvd, parts[0], args.loop_variant, args.loop_seconds, comm,
+                                 args.perf_out, args.perf_freq)
         if hvd.rank() == 0:
             print(f"b7 profile loop: {parts[0]} x {n} in {looped:.3f} s, pid {os.getpid()}")
         hvd.shutdown()

@@ -110,21 +110,27 @@ core_runs -after
 if [[ $PROFILE == 1 ]]; then
   # perf record -g attached to rank 0 for its steady-state loop only (b7_tf_path.py
   # --loop-seconds); rank 1 runs the same loop unprofiled.
-  for part in eager small eager-np1; do
-    if [[ $part == eager-np1 ]]; then  # plain python, no launcher
-      step "profile-$part" timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py" \
-        --parts eager --loop-seconds 6 --perf-out "$TMP/perf-$part.data" --perf-freq 2000
+  # label:part:variant:np; *-identity = the same loop without the runtime (the report
+  # subtracts its CPU per call, category by category).
+  for spec in eager:eager:hvd:2 eager-identity:eager:identity:2 small:small:hvd:2 \
+              small-identity:small:identity:2 eager-np1:eager:hvd:1; do
+    IFS=: read -r label part variant np <<< "$spec"
+    loop=(--parts "$part" --loop-variant "$variant" --loop-seconds 5
+          --perf-out "$TMP/perf-$label.data" --perf-freq 2000)
+    if [[ $np == 1 ]]; then  # plain python, no launcher
+      step "profile-$label" timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py" \
+        "${loop[@]}"
     else
-      step "profile-$part" launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" --parts "$part" \
-        --loop-seconds 6 --perf-out "$TMP/perf-$part.data" --perf-freq 2000
+      step "profile-$label" launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" "${loop[@]}"
     fi
+    calls= secs= pid=
     read -r calls secs pid < <(sed -n \
       's/^b7 profile loop: .* x \([0-9]*\) in \([0-9.]*\) s, pid \([0-9]*\)/\1 \2 \3/p' \
-      "$TMP/profile-$part.log") || true
-    # eager: one call = one 4 B allreduce; small: one call = one tf.function of 1000 allreduces.
-    if [[ -f $TMP/perf-$part.data && -n ${pid:-} ]]; then
-      step "split-$part" "$PY" "$ROOT/bench/b7_profile.py" "$TMP/perf-$part.data" \
-        "$TMP/profile-$part.json" --pid "$pid" --seconds "$secs" --freq 2000 --label "$part" \
+      "$TMP/profile-$label.log") || true
+    # eager: one call = one 4 B op; small: one call = one tf.function over 1000 tensors.
+    if [[ -f $TMP/perf-$label.data && -n ${pid:-} ]]; then
+      step "split-$label" "$PY" "$ROOT/bench/b7_profile.py" "$TMP/perf-$label.data" \
+        "$TMP/profile-$label.json" --pid "$pid" --seconds "$secs" --freq 2000 --label "$label" \
         --calls "$calls"
     fi
   done
