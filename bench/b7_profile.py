@@ -65,7 +65,7 @@ def read_samples(data: str, pid: int) -> List[Tuple[int, str, str]]:
     """[(samples, role, "dso symbol")] from `perf report`'s self overhead per thread."""
     out = subprocess.run(
         ["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none", "-n",
-         "--sort", "pid,dso,sym", "--percent-limit", "0"],
+         "--pid", str(pid), "--sort", "pid,dso,sym", "--percent-limit", "0"],
         check=True, capture_output=True, text=True).stdout
     rows = []
     for line in out.splitlines():

@@ -267,8 +267,12 @@ def profile_loop(tf: Any, hvd: Any, part: str, variant: str, seconds: float,
         call()
     perf = None
     if perf_out and hvd.rank() == 0:
+        # Pinned to one CPU: sample that CPU (per-CPU events cost far less at every context
+        # switch than per-thread ones; the split keeps this process's samples only).
+        cpus = sorted(os.sched_getaffinity(0))
+        target = ["-C", str(cpus[0])] if len(cpus) == 1 else ["-p", str(os.getpid())]
         perf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", str(perf_freq), "-o",
-                                 perf_out, "-p", str(os.getpid())])
+                                 perf_out] + target)
         time.sleep(0.5)  # let it attach
     if comm is not None:
         comm.Barrier()
