@@ -56,7 +56,7 @@ case $MODE in
   full) B1="--steps 20 --warmup 5 --chunk-reps 5"; B3="--steps 30 --warmup 5"; B4="--iters 10000"
         TF=(--eager-iters 10000 --steps 30 --warmup 5 --resnet-steps 20 --resnet-warmup 5) ;;
   *) B1="--steps 15 --warmup 5 --chunk-reps 3"; B3="--steps 20 --warmup 5"; B4="--iters 3000"
-     TF=(--eager-iters 3000 --steps 20 --warmup 5 --resnet-steps 12 --resnet-warmup 3) ;;
+     TF=(--eager-iters 3000 --steps 20 --warmup 5 --resnet-steps 20 --resnet-warmup 3) ;;
 esac
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
@@ -115,7 +115,7 @@ if [[ $PROFILE == 1 ]]; then
   for spec in eager:eager:hvd:2 eager-identity:eager:identity:2 small:small:hvd:2 \
               small-identity:small:identity:2 eager-np1:eager:hvd:1; do
     IFS=: read -r label part variant np <<< "$spec"
-    loop=(--parts "$part" --loop-variant "$variant" --loop-seconds 5
+    loop=(--parts "$part" --loop-variant "$variant" --loop-seconds 4
           --perf-out "$TMP/perf-$label.data" --perf-freq 2000)
     if [[ $np == 1 ]]; then  # plain python, no launcher
       step "profile-$label" timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py" \
