@@ -117,9 +117,11 @@ if [[ $PROFILE == 1 ]]; then
     IFS=: read -r label part variant np <<< "$spec"
     loop=(--parts "$part" --loop-variant "$variant" --loop-seconds 4
           --perf-out "$TMP/perf-$label.data" --perf-freq 2000)
-    if [[ $np == 1 ]]; then  # plain python, no launcher
-      step "profile-$label" timeout --kill-after=10 "$TIMEOUT" "$PY" "$ROOT/bench/b7_tf_path.py" \
-        "${loop[@]}"
+    if [[ $np == 1 ]]; then
+      # Plain python, no launcher, but on one CPU so that perf samples that CPU: attached to
+      # an unpinned pid (per-thread events), perf slowed this wake-up-heavy loop down ~2x.
+      step "profile-$label" timeout --kill-after=10 "$TIMEOUT" taskset -c 0 "$PY" \
+        "$ROOT/bench/b7_tf_path.py" "${loop[@]}"
     else
       step "profile-$label" launch 2 "$PY" "$ROOT/bench/b7_tf_path.py" "${loop[@]}"
     fi
