@@ -101,7 +101,7 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                  f"(generated op {_f(p50(e2, 'generated op'))})",
                  f"core B4 {cf('b4_np2_p50_us')}; mpi4py {_f(p50(e2, 'mpi4py Allreduce'))}; "
                  f"tf.identity {_f(p50(e2, 'tf.identity'))}",
-                 f"{_f(r_b4, '{:.2f}')}x B4 (goal <= 1.3)"))
+                 f"{_f(r_b4, '{:.2f}x')} B4 (goal <= 1.3)"))
     b3 = fig["b3_small_us_per_tensor"]
     for k, label in (("tf.function allreduce per tensor", "per-tensor allreduce"),
                      ("tf.function grouped_allreduce", "grouped_allreduce")):
@@ -109,7 +109,7 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                      _f(sm.get(k), "{:.2f}"),
                      f"core B3 {cf('b3_small_us_per_tensor', '{:.2f}')}; mpi4py per tensor "
                      f"{_f(sm.get('mpi4py Allreduce per tensor'), '{:.2f}')}",
-                     f"{_f(_ratio(sm.get(k), b3), '{:.2f}')}x B3 (goal <= 1.5)"))
+                     f"{_f(_ratio(sm.get(k), b3), '{:.2f}x')} B3 (goal <= 1.5)"))
     b1 = fig["b1_ms"]
     for k, label in (("tf.function grouped_allreduce", "tf.function grouped_allreduce"),
                      ("tf.function allreduce per tensor", "tf.function allreduce per tensor"),
@@ -118,7 +118,7 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
                      f"core B1 {cf('b1_ms')}; mpi4py per tensor "
                      f"{_f(rn.get('mpi4py Allreduce per tensor'))}, chunked "
                      f"{_f(rn.get('mpi4py chunked (best)'))}",
-                     f"{_f(_ratio(rn.get(k), b1), '{:.2f}')}x B1 (goal <= 1.1)"))
+                     f"{_f(_ratio(rn.get(k), b1), '{:.2f}x')} B1 (goal <= 1.1)"))
     ratios = {
         "eager_np1_us_over_tf_identity": over_id,
         "eager_np2_p50_over_core_b4": r_b4,
