@@ -7,6 +7,9 @@
 #   bench/run.sh --full          the counts BENCHMARKS.md asks for (B4: 10,000 iterations, ...)
 #   bench/run.sh --np-extra      also np=3 and np=4, oversubscribed
 #   bench/run.sh --only b1,b4    a subset
+#   bench/run.sh --only b7       B7, the path through TensorFlow (bench/run_b7.sh: runs hvdc_bench
+#                                b1/b3/b4 itself, then the TF ops from .venv or B7_PYTHON; not in
+#                                the default list); --quick: B7 with fewer iterations, no profile
 #   bench/run.sh --build-dir DIR use (or make) that build; default build-bench at the repo root
 #   bench/run.sh --bin PATH      run that hvdc_bench binary, build nothing
 #   bench/run.sh --out-dir DIR   where the JSON goes; default bench/results
@@ -25,6 +28,7 @@ NP_EXTRA=0
 ONLY=b0,b1,b2,b3,b4,b4i,b6
 TIMEOUT=900
 EXTRA=()
+B7_ARGS=()
 BIN=
 TRANSPORT=mpi
 TCP_IFACE=lo
@@ -34,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --full) FULL=1 ;;
     --np-extra) NP_EXTRA=1 ;;
     --only) ONLY=$2; shift ;;
+    --quick) B7_ARGS+=(--quick) ;;
     --build-dir) BUILD=$(realpath -m "$2"); shift ;;
     --bin) BIN=$(realpath -m "$2"); shift ;;
     --out-dir) OUT=$(realpath -m "$2"); shift ;;
@@ -41,11 +46,18 @@ while [[ $# -gt 0 ]]; do
     --transport) TRANSPORT=$2; shift ;;
     --tcp-iface) TCP_IFACE=$2; shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+
+# B7 has its own driver (TensorFlow, mpi4py, its own hvdc_bench runs); the rest are hvdc_bench's.
+RUN_B7=0
+if [[ ,$ONLY, == *,b7,* ]]; then
+  RUN_B7=1
+  ONLY=$(echo ",$ONLY," | sed 's/,b7,/,/g; s/^,//; s/,$//')
+fi
 
 case $TRANSPORT in
   mpi) TAG= ; TRANSPORT_MCA=() ;;
@@ -121,10 +133,21 @@ run_np() {
 FAILED=()
 echo "hvdc_bench suite: $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), transport $TRANSPORT${TRANSPORT_MCA[*]:+ (mpirun ${TRANSPORT_MCA[*]})}"
 START=$SECONDS
-run_np 2
-if [[ $NP_EXTRA == 1 ]]; then
-  run_np 3
-  run_np 4
+if [[ -n $ONLY ]]; then
+  run_np 2
+  if [[ $NP_EXTRA == 1 ]]; then
+    run_np 3
+    run_np 4
+  fi
+fi
+if [[ $RUN_B7 == 1 ]]; then
+  echo
+  echo "################ b7  np=2 pinned (and np=1)  transport mpi"
+  [[ $FULL == 1 ]] && B7_ARGS+=(--full)
+  [[ $TRANSPORT == mpi ]] || echo "run.sh: b7 runs over MPI only (--transport $TRANSPORT ignored)"
+  "$ROOT/bench/run_b7.sh" --bin "$BIN" --out-dir "$OUT" \
+    --timeout "$((TIMEOUT < 300 ? TIMEOUT : 300))" \
+    "${B7_ARGS[@]}" || { echo "run.sh: b7 FAILED" >&2; FAILED+=(b7); }
 fi
 echo
 echo "suite finished in $((SECONDS - START)) s; JSON in $OUT"
