@@ -12,24 +12,6 @@
 #include "core/self_comm.h"
 
 namespace hvdc {
-namespace {
-
-bool InlineOp(OpType op) {
-  switch (op) {
-    case OpType::kAllreduce:
-    case OpType::kAllgather:
-    case OpType::kBroadcast:
-    case OpType::kAlltoall:
-    case OpType::kReducescatter:
-      return true;
-    case OpType::kBarrier:  // cheap already, and ordered with the set's other work
-    case OpType::kJoin:     // changes the controller's state
-      return false;
-  }
-  return false;
-}
-
-}  // namespace
 
 bool Runtime::RunsInline(const ProcessSet& st,
                          const std::vector<std::shared_ptr<TensorEntry>>& entries) const {
@@ -37,7 +19,8 @@ bool Runtime::RunsInline(const ProcessSet& st,
   // The timeline records negotiation and the executor's activities: keep its picture whole.
   if (timeline_ && timeline_->active()) return false;
   for (const auto& e : entries) {
-    if (!InlineOp(e->request.op) || e->request.device >= 0 || e->ready_event != nullptr) {
+    // Barrier and join stay with the control thread: join changes the controller's state.
+    if (!IsDataCollective(e->request.op) || e->request.device >= 0 || e->ready_event != nullptr) {
       return false;
     }
   }

@@ -1,13 +1,23 @@
 #include "core/tensor_queue.h"
 
+#include <string_view>
+
 namespace hvdc {
 
 Status TensorQueue::CheckNames(const std::vector<std::shared_ptr<TensorEntry>>& entries) const {
   if (closed_) return closed_status_;
+  // A group's own names: pairwise for a few, a set for many (a grouped op may carry thousands).
+  constexpr size_t kPairwise = 16;
+  std::unordered_set<std::string_view> seen;
+  if (entries.size() > kPairwise) seen.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string& name = entries[i]->request.name;
     bool dup_in_group = false;
-    for (size_t j = 0; j < i; ++j) dup_in_group |= entries[j]->request.name == name;
+    if (entries.size() > kPairwise) {
+      dup_in_group = !seen.insert(name).second;
+    } else {
+      for (size_t j = 0; j < i; ++j) dup_in_group |= entries[j]->request.name == name;
+    }
     if (dup_in_group || in_flight_.count(name)) {
       return Status::InvalidArgument(
           "Requested to collective-process tensor '" + name +

@@ -93,4 +93,19 @@ std::string ShapeString(const Shape& shape) {
   return s + "]";
 }
 
+bool IsDataCollective(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce:
+    case OpType::kAllgather:
+    case OpType::kBroadcast:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      return true;
+    case OpType::kBarrier:
+    case OpType::kJoin:
+      return false;
+  }
+  return false;
+}
+
 }  // namespace hvdc

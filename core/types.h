@@ -51,6 +51,8 @@ size_t DataTypeSize(DataType t);
 const char* DataTypeName(DataType t);
 const char* ReduceOpName(ReduceOp op);
 const char* OpTypeName(OpType op);  // "ALLREDUCE", ... (timeline and error messages)
+// The collectives that move tensor data: all but barrier and join.
+bool IsDataCollective(OpType op);
 bool IsFloatingPoint(DataType t);
 
 using Shape = std::vector<int64_t>;

@@ -1,7 +1,8 @@
 """The public reducing collectives: allreduce, grouped_allreduce, reducescatter and
 grouped_reducescatter, with compression and IndexedSlices (sparse) support."""
 
-from typing import Any, List, Optional, Sequence
+import contextlib
+from typing import Any, ContextManager, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -17,6 +18,12 @@ _SPARSE_ADASUM_MESSAGE = ("The Adasum reduction does not currently support spars
                           "workaround please pass sparse_as_dense=True to DistributedOptimizer")
 _ADASUM_MESSAGE = ("Adasum is not supported by horovod_compat yet; use op=hvd.Average or "
                    "op=hvd.Sum.")
+
+
+def _device(name: str) -> ContextManager[Any]:
+    """``tf.device(name)``; for the default "" (which changes nothing) no scope at all: entering
+    one costs a few microseconds on every eager call."""
+    return tf.device(name) if name else contextlib.nullcontext()
 
 
 def _check_sparse(op: int, prescale_factor: float, postscale_factor: float) -> None:
@@ -51,7 +58,7 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse(op, prescale_factor, postscale_factor)
         _process_set_id(process_set)
-        with tf.device(device_sparse):
+        with _device(device_sparse):
             values = allgather(tensor.values, name=None if name is None else name + "_values",
                                ignore_name_scope=ignore_name_scope, process_set=process_set)
             indices = allgather(tensor.indices,
@@ -60,7 +67,7 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
             return _sparse_result(values, indices, tensor, op, process_set)
     if op == Adasum:
         raise NotImplementedError(_ADASUM_MESSAGE)
-    with tf.device(device_dense):
+    with _device(device_dense):
         compressed, ctx = compression.compress(tensor)
         reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
                              postscale_factor=postscale_factor,
@@ -88,7 +95,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     if sparse:
         _check_sparse(op, prescale_factor, postscale_factor)
-        with tf.device(device_sparse):
+        with _device(device_sparse):
             values = grouped_allgather([tensors[i].values for i in sparse],
                                        name=None if name is None else name + "_values",
                                        ignore_name_scope=ignore_name_scope,
@@ -100,7 +107,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
             for i, v, ix in zip(sparse, values, indices):
                 results[i] = _sparse_result(v, ix, tensors[i], op, process_set)
     if dense:
-        with tf.device(device_dense):
+        with _device(device_dense):
             compressed = [compression.compress(tensors[i]) for i in dense]
             reduced = _grouped_allreduce([c[0] for c in compressed], name=name, op=op,
                                          prescale_factor=prescale_factor,
@@ -123,7 +130,7 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type = Compr
     """
     if op == Adasum:
         raise NotImplementedError(_ADASUM_MESSAGE)
-    with tf.device(device_dense):
+    with _device(device_dense):
         compressed, ctx = compression.compress(tensor)
         reduced = _reducescatter(compressed, name=name, op=op,
                                  ignore_name_scope=ignore_name_scope, process_set=process_set,
@@ -141,7 +148,7 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
         return tensors
     if op == Adasum:
         raise NotImplementedError(_ADASUM_MESSAGE)
-    with tf.device(device_dense):
+    with _device(device_dense):
         compressed = [compression.compress(t) for t in tensors]
         reduced = _grouped_reducescatter([c[0] for c in compressed], op=op,
                                          process_set=process_set,

@@ -113,17 +113,7 @@ class NcclBackend : public Backend {
   const char* name() const override { return "nccl"; }
 
   bool Accepts(const Batch& batch) const override {
-    if (batch.device < 0) return false;
-    switch (batch.op) {
-      case OpType::kAllreduce:
-      case OpType::kAllgather:
-      case OpType::kBroadcast:
-      case OpType::kAlltoall:
-      case OpType::kReducescatter:
-        return true;
-      default:
-        return false;
-    }
+    return batch.device >= 0 && IsDataCollective(batch.op);
   }
 
   Status Execute(Batch& batch, ExecutionContext& ctx) override {

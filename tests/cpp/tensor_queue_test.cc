@@ -64,8 +64,7 @@ TEST(TensorQueue, ClaimMarksNamesInFlightWithoutQueueing) {
   EXPECT_EQ(q.pending(), 0u) << "claimed entries are not queued";
   EXPECT_TRUE(q.Drain().empty());
   EXPECT_EQ(q.Push(Entries({"a"})).code(), StatusCode::kInvalidArgument) << "a is in flight";
-  EXPECT_EQ(q.Claim(Entries({"c", "b"})).code(), StatusCode::kInvalidArgument)
-      << "b is in flight";
+  EXPECT_EQ(q.Claim(Entries({"c", "b"})).code(), StatusCode::kInvalidArgument) << "b is in flight";
   EXPECT_TRUE(q.Push(Entries({"c"})).ok()) << "the refused claim took no name";
   EXPECT_EQ(q.Claim(Entries({"d", "d"})).code(), StatusCode::kInvalidArgument)
       << "a duplicate within one claim";
@@ -103,6 +102,25 @@ TEST(TensorQueue, AGroupWithADuplicateAddsNothing) {
   EXPECT_EQ(q.pending(), 2u);
   EXPECT_TRUE(q.Push(Entries({"c", "d"})).ok()) << "c and d were not left in flight";
   EXPECT_EQ(Names(q.Drain()), (std::vector<std::string>{"a", "b", "c", "d"}));
+}
+
+// Large groups are checked with a set instead of pairwise: the same answers.
+TEST(TensorQueue, ALargeGroupWithADuplicateAddsNothing) {
+  TensorQueue q;
+  std::vector<std::string> names;
+  for (int i = 0; i < 100; ++i) names.push_back("g" + std::to_string(i));
+  std::vector<std::string> with_dup = names;
+  with_dup.push_back("g37");
+  EXPECT_EQ(q.Push(Entries(with_dup)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(q.Claim(Entries(with_dup)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(q.pending(), 0u);
+  ASSERT_TRUE(q.Push(Entries(names)).ok()) << "a refused group leaves nothing in flight";
+  EXPECT_EQ(q.Push(Entries({"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10",
+                            "x11", "x12", "x13", "x14", "x15", "x16", "g99"}))
+                .code(),
+            StatusCode::kInvalidArgument)
+      << "a member already in flight";
+  EXPECT_EQ(Names(q.Drain()), names);
 }
 
 TEST(TensorQueue, CloseRefusesLaterPushesWithItsStatus) {
