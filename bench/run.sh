@@ -16,7 +16,14 @@
 #   bench/run.sh --transport tcp the runtime over its TCP transport (ports agreed over MPI), the
 #                                raw reference over Open MPI's TCP BTL, both on loopback
 #                                (--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo);
-#                                JSON as <b>-tcp-np<N>.json.  --tcp-iface IF: both on IF instead
+#                                JSON as <b>-tcp-np<N>.json.  --tcp-iface IF: both on IF instead.
+#                                With b1, b3 or b4 it also runs torch.distributed's gloo backend
+#                                on the same work (bench/torch_gloo.py, <b>-torchgloo-np2.json)
+#                                where a python with torch is found: --torch-python PATH, else
+#                                $TORCH_PYTHON, else /work/venvs/torch/bin/python; each right
+#                                after ours and raw MPI's run of the same benchmark, pinned as
+#                                ours; --torch-bind none: unpinned instead (JSON as
+#                                <b>-torchgloo-unpinned-np2.json); --no-torch: not at all
 #   bench/run.sh -- --op average extra flags for every benchmark
 set -euo pipefail
 
@@ -32,6 +39,9 @@ B7_ARGS=()
 BIN=
 TRANSPORT=mpi
 TCP_IFACE=lo
+TORCH_PY=${TORCH_PYTHON:-/work/venvs/torch/bin/python}
+RUN_TORCH=1
+TORCH_BIND=core
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -45,8 +55,11 @@ while [[ $# -gt 0 ]]; do
     --timeout) TIMEOUT=$2; shift ;;
     --transport) TRANSPORT=$2; shift ;;
     --tcp-iface) TCP_IFACE=$2; shift ;;
+    --torch-python) TORCH_PY=$2; shift ;;
+    --no-torch) RUN_TORCH=0 ;;
+    --torch-bind) TORCH_BIND=$2; shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -127,7 +140,46 @@ run_np() {
     # shellcheck disable=SC2046
     "${launch[@]}" "$BIN" "$b" --out "$OUT/$b$TAG-np$np.json" $(flags "$b" "$np") "${EXTRA[@]}" ||
       { echo "run.sh: $b at np=$np FAILED (exit $?)" >&2; FAILED+=("$b$TAG-np$np"); }
+    if [[ $TRANSPORT == tcp && $RUN_TORCH == 1 && $np == 2 ]]; then
+      run_torch "$b"
+    fi
   done
+}
+
+# torch.distributed's gloo backend on B1/B3/B4's work over the same interface (TCP runs at np=2
+# only, pinned as ours), right after hvdc_bench's run of the same benchmark: a benchmark-only
+# comparison, skipped where torch is not importable.
+TORCH_OK=
+run_torch() {
+  local b=$1 tflags=() bind=(--bind-to core) pinned=pinned
+  if [[ $TORCH_BIND == none ]]; then
+    bind=(--bind-to none) pinned=unpinned
+    tflags+=(--tag=-unpinned)
+  fi
+  case $b in
+    b1) tflags+=(--steps 20 --warmup 5 --chunk-reps "$([[ $FULL == 1 ]] && echo 10 || echo 5)") ;;
+    # gloo's per-tensor B3 takes ~2 ms a tensor here: fewer steps keep the run in minutes.
+    b3) tflags+=(--steps 10 --warmup 2) ;;
+    b4) tflags+=(--iters 10000) ;;
+    *) return 0 ;;
+  esac
+  if [[ -z $TORCH_OK ]]; then
+    TORCH_OK=no
+    [[ -x $TORCH_PY ]] &&
+      "$TORCH_PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null &&
+      TORCH_OK=yes
+    if [[ $TORCH_OK != yes ]]; then
+      echo
+      echo "torch.distributed gloo: skipped (no torch): $TORCH_PY cannot import torch.distributed" \
+           "with gloo (--torch-python PATH or TORCH_PYTHON picks another python)"
+    fi
+  fi
+  [[ $TORCH_OK == yes ]] || return 0
+  echo
+  echo "################ $b  np=2 $pinned  torch.distributed gloo over $TCP_IFACE"
+  mpirun --timeout "$TIMEOUT" -np 2 "${bind[@]}" "$TORCH_PY" "$ROOT/bench/torch_gloo.py" "$b" \
+    --out-dir "$OUT" --iface "$TCP_IFACE" "${tflags[@]}" ||
+    { echo "run.sh: torch gloo $b FAILED (exit $?)" >&2; FAILED+=("$b-torchgloo-np2"); }
 }
 
 FAILED=()

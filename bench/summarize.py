@@ -3,7 +3,9 @@
 
     python3 bench/summarize.py [RESULTS_DIR] [--transport tcp]
 
---transport tcp reads the runs of `bench/run.sh --transport tcp` (<b>-tcp-np<N>.json) instead.
+--transport tcp reads the runs of `bench/run.sh --transport tcp` (<b>-tcp-np<N>.json) instead,
+and where torch.distributed's gloo backend ran beside them (<b>-torchgloo-np2.json, from
+bench/torch_gloo.py) adds a table of ours over TCP vs Open MPI over TCP vs torch gloo.
 
 Standard library only.
 """
@@ -39,6 +41,90 @@ def verdict(value, limit):
 
 def ms(x):
     return f"{x * 1e3:.1f} ms"
+
+
+def load_torch(results, name):
+    path = os.path.join(results, f"{name}-torchgloo-np2.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def us(x):
+    return f"{x:.1f} us"
+
+
+def torch_table(results):
+    """ours over TCP / Open MPI over TCP / torch.distributed gloo, np=2, from one run's JSON."""
+    ours = {b: load(results, b).get(2) for b in ("b1", "b3", "b4")}
+    gloo = {b: load_torch(results, b) for b in ("b1", "b3", "b4")}
+    if not any(gloo.values()):
+        return
+    rows = []
+    o, g = ours["b1"], gloo["b1"]
+    if o and g:
+        om = o["ours"]["time_s"]["median"]
+        gc, gp = g["torch_best_chunked"], g["torch_per_tensor"]
+        rows.append((
+            "B1 resnet50_keras, ms/step (median)",
+            f"{ms(om)}",
+            f"best-chunked ({o['chunk_sweep']['best_chunk']}) {ms(o['raw_best_chunked']['time_s']['median'])};"
+            f" per-tensor {ms(o['raw_per_tensor']['time_s']['median'])}",
+            f"best-chunked ({g['chunk_sweep']['best_chunk']}) {ms(gc['time_s']['median'])};"
+            f" per-tensor {ms(gp['time_s']['median'])};"
+            f" async {ms(g['torch_per_tensor_async']['time_s']['median'])};"
+            f" fused + copies {ms(g['torch_fused_with_copies']['time_s']['median'])}",
+            f"{om / gc['time_s']['median']:.2f}x best-chunked; {om / gp['time_s']['median']:.2f}x per-tensor"))
+    o, g = ours["b3"], gloo["b3"]
+    if o and g:
+        gsets = {s_["tensor_set"]: s_ for s_ in g["sets"]}
+        for s_ in o["sets"]:
+            t = gsets.get(s_["tensor_set"])
+            if not t:
+                continue
+            rows.append((
+                f"B3 {s_['tensor_set']}, us/tensor (median)",
+                f"{s_['ours_us_per_tensor']:.2f}",
+                f"per-tensor {s_['raw_per_tensor_us_per_tensor']:.2f}",
+                f"per-tensor {t['torch_per_tensor_us_per_tensor']:.1f};"
+                f" async {t['torch_per_tensor_async_us_per_tensor']:.1f};"
+                f" fused {t['torch_fused_us_per_tensor']:.2f}",
+                f"{s_['ours_us_per_tensor'] / t['torch_fused_us_per_tensor']:.2f}x fused;"
+                f" {s_['ours_us_per_tensor'] / t['torch_per_tensor_us_per_tensor']:.3f}x per-tensor"))
+    o, g = ours["b4"], gloo["b4"]
+    if o and g:
+        gsizes = {s_["bytes"]: s_["latency_us"]["torch all_reduce"] for s_ in g["sizes"]}
+        for s_ in o["sizes"]:
+            t = gsizes.get(s_["bytes"])
+            if not t:
+                continue
+            lat = s_["latency_us"]
+            mine = lat.get("ours (block)") or next(v for k, v in lat.items() if k.startswith("ours"))
+            raw = lat.get("raw MPI_Allreduce", {})
+            rows.append((
+                f"B4 {s_['bytes']} B, p50 / p99",
+                f"{us(mine['median'])} / {us(mine['p99'])} (block)",
+                f"{us(raw.get('median', 0))} / {us(raw.get('p99', 0))}",
+                f"{us(t['median'])} / {us(t['p99'])}",
+                f"{mine['median'] / t['median']:.2f}x p50; {mine['p99'] / t['p99']:.2f}x p99"))
+    if not rows:
+        return
+    g0 = next(r for r in gloo.values() if r)
+    print()
+    print(f"np=2 pinned over TCP: ours vs Open MPI (btl tcp,self) vs torch.distributed gloo"
+          f" (torch {g0.get('torch_version', '?')})")
+    print()
+    print("| benchmark | ours over TCP | Open MPI over TCP | torch gloo | ours / torch |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    loads = [f"{b}: ours+MPI {ours[b].get('loadavg_at_end', '?').split(' ')[0]},"
+             f" torch {gloo[b].get('loadavg_at_start', '?').split(' ')[0]}"
+             f"..{gloo[b].get('loadavg_at_end', '?').split(' ')[0]}"
+             for b in ("b1", "b3", "b4") if ours[b] and gloo[b]]
+    print()
+    print("1-minute load average (ours+MPI at its end; torch at its start..end): " + "; ".join(loads))
 
 
 def main():
@@ -168,6 +254,8 @@ def main():
     if loads:
         print()
         print("1-minute load average at the end of each run: " + ", ".join(sorted(loads)))
+    if TAG == "-tcp":
+        torch_table(results)
     return 0
 
 
