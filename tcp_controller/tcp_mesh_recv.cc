@@ -176,16 +176,17 @@ void Mesh::Impl::OnReadable(int p, bool from_wait, const boost::system::error_co
   std::unique_lock<std::mutex> lock(mu);
   if (from_wait) pr.armed = false;
   if (closed) return;
-  if (ec == asio::error::operation_aborted) return;  // the socket is closing
-  if (pr.reading || pr.read_ended) return;  // the holder re-arms when it gives the turn back
-  pr.reading = true;
-  lock.unlock();
-  ReadResult r;
-  do {
-    r = ReadFrame(p);
-  } while (r == ReadResult::kFrame);
-  lock.lock();
-  const bool notify = ReleaseTurnLocked(p);
+  if (ec == asio::error::operation_aborted) return;  // the mesh is closing
+  bool notify = false;
+  // A holder of the turn reads (and re-arms, if wanted, when it gives the turn back).
+  if (!pr.reading && !pr.read_ended) {
+    pr.reading = true;
+    lock.unlock();
+    while (ReadFrame(p) == ReadResult::kFrame) {
+    }
+    lock.lock();
+    notify = ReleaseTurnLocked(p);
+  }
   if (!pr.armed && !WantIoLocked() && pr.watch->is_open()) {
     // Not wanted any more: out of the reactor, so packets stop waking this thread.
     (void)pr.watch->release();
