@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <linux/sockios.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -24,23 +26,31 @@ std::string Mesh::Impl::Describe(int p) const {
 void Mesh::Impl::Start() {
   work = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       io.get_executor());
-  for (int p = 0; p < options.size; ++p) {
-    if (p == options.rank) continue;
-    boost::system::error_code ignored;
-    peers[p].socket->native_non_blocking(true, ignored);  // the writers poll when it is full
-    peers[p].fd = peers[p].socket->native_handle();
-    peers[p].last_heard = std::chrono::steady_clock::now();
-    StartRead(p);
+  wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (int p = 0; p < options.size; ++p) {
+      if (p == options.rank) continue;
+      boost::system::error_code ignored;
+      peers[p].socket->native_non_blocking(true, ignored);  // readers and writers poll
+      // Out of the reactor: the threads read and write the descriptor themselves; the watch
+      // registers it again only while the I/O thread must read (ArmLocked).
+      peers[p].fd = peers[p].socket->release(ignored);
+      peers[p].watch = std::make_unique<asio::posix::stream_descriptor>(io);
+      peers[p].last_heard.store(std::chrono::steady_clock::now().time_since_epoch().count());
+      ArmLocked(p);
+    }
   }
-  if (options.peer_timeout.count() > 0) {
-    beat = std::make_unique<asio::steady_timer>(io);
-    ArmBeat();
-  }
+  beat = std::make_unique<asio::steady_timer>(io);
+  last_beat_sent = std::chrono::steady_clock::now();
+  ArmBeat();
   thread = std::thread([this] { io.run(); });
 }
 
 void Mesh::Impl::ArmBeat() {
-  beat->expires_after(options.peer_timeout / 4);
+  beat->expires_after(options.peer_timeout.count() > 0 ? std::min<std::chrono::milliseconds>(
+                                                             kDrainPeriod, options.peer_timeout / 4)
+                                                       : kDrainPeriod);
   beat->async_wait([this](const boost::system::error_code& ec) {
     if (!ec) Beat();
   });
@@ -49,9 +59,19 @@ void Mesh::Impl::ArmBeat() {
 void Mesh::Impl::Beat() {
   const auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
     if (closing) return;
+    // What arrived for nobody: heartbeats, a goodbye, the end of a connection.
+    for (int p = 0; p < options.size; ++p) {
+      if (p != options.rank) DrainLocked(p, lock);
+    }
   }
+  if (options.peer_timeout.count() == 0) {
+    ArmBeat();
+    return;
+  }
+  const bool send_beats = now - last_beat_sent >= options.peer_timeout / 4;
+  if (send_beats) last_beat_sent = now;
   for (int p = 0; p < options.size; ++p) {
     if (p == options.rank) continue;
     Peer& peer = peers[p];
@@ -59,7 +79,8 @@ void Mesh::Impl::Beat() {
     // go out whole at once, and this thread never waits. Queued bytes reach the peer anyway.
     std::unique_lock<std::mutex> send_lock(peer.send_mu, std::try_to_lock);
     int queued = 1;
-    if (send_lock.owns_lock() && ::ioctl(peer.fd, SIOCOUTQ, &queued) == 0 && queued == 0) {
+    if (send_beats && send_lock.owns_lock() && ::ioctl(peer.fd, SIOCOUTQ, &queued) == 0 &&
+        queued == 0) {
       uint8_t header[kFrameHeaderBytes];
       PutLe<uint32_t>(header, kFrameMagic);
       PutLe<uint32_t>(header + 4, kHeartbeatChannel);
@@ -67,15 +88,18 @@ void Mesh::Impl::Beat() {
       (void)::send(peer.fd, header, kFrameHeaderBytes, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     if (send_lock.owns_lock()) send_lock.unlock();
-    boost::system::error_code ignored;
-    if (now - peer.last_heard > options.peer_timeout && peer.socket->available(ignored) == 0) {
+    const std::chrono::steady_clock::time_point last_heard(
+        std::chrono::steady_clock::duration(peer.last_heard.load(std::memory_order_relaxed)));
+    int unread = 0;
+    if (now - last_heard > options.peer_timeout && ::ioctl(peer.fd, FIONREAD, &unread) == 0 &&
+        unread == 0) {
       std::lock_guard<std::mutex> lock(mu);
       // A peer that said goodbye owes us nothing more.
       if (peer.error.ok() && !closing && !peer.said_bye && !peer.eof) {
         FailPeerLocked(
             p, fmt::format("sent nothing for {:.1f} s (HOROVOD_PEER_TIMEOUT_SECONDS={:g}): it is "
                            "stopped, hung or cut off",
-                           std::chrono::duration<double>(now - peer.last_heard).count(),
+                           std::chrono::duration<double>(now - last_heard).count(),
                            options.peer_timeout.count() / 1000.0));
       }
     }
@@ -90,6 +114,16 @@ Status Mesh::Impl::WriteFrame(int p, uint32_t channel, const void* data, size_t 
   PutLe<uint32_t>(header + 4, channel);
   PutLe<uint64_t>(header + 8, bytes);
   iovec iov[2] = {{header, kFrameHeaderBytes}, {const_cast<void*>(data), bytes}};
+  // While this write is blocked on a full socket it wants the I/O thread reading (io_wanted).
+  struct Blocked {
+    Mesh::Impl* m;
+    bool wanted = false;
+    ~Blocked() {
+      if (!wanted) return;
+      std::lock_guard<std::mutex> lock(m->mu);
+      --m->io_wanted;
+    }
+  } blocked{this};
   int first = 0;
   while (first < 2) {
     msghdr msg = {};
@@ -98,7 +132,19 @@ Status Mesh::Impl::WriteFrame(int p, uint32_t channel, const void* data, size_t 
     const ssize_t n = ::sendmsg(peer.fd, &msg, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      // The kernel's buffer is full: the peer's I/O thread drains it (it always reads).
+      // The kernel's buffer is full until the peer reads. It may be blocked writing to us (or to a
+      // rank that writes to us): while we wait, our I/O thread drains every peer.
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!peer.error.ok()) return peer.error;
+        if (!blocked.wanted) {
+          blocked.wanted = true;
+          ++io_wanted;
+          for (int q = 0; q < options.size; ++q) {
+            if (q != options.rank) ArmLocked(q);
+          }
+        }
+      }
       pollfd pfd = {peer.fd, POLLOUT, 0};
       ::poll(&pfd, 1, 1000);
       std::lock_guard<std::mutex> lock(mu);
@@ -140,6 +186,8 @@ void Mesh::Impl::FailPeerLocked(int p, const std::string& what, bool warn, bool 
     if (lost && !closing && first_lost.ok()) {
       first_lost = peer.error;
       if (on_lost) on_lost(first_lost);
+      // Readers blocked on other peers' sockets must see the end too.
+      if (EndedLocked() && wake_fd >= 0) (void)::eventfd_write(wake_fd, 1);
     }
   }
   // Shut down, not closed: a writer may be using the descriptor (Close() closes it at the end).
@@ -213,6 +261,10 @@ void Mesh::Close() {
     std::lock_guard<std::mutex> lock(m.mu);
     if (m.closing) return;
     m.closing = true;
+    // From now on the I/O thread reads everything: the peers' goodbyes and half-closes.
+    for (int p = 0; p < m.options.size; ++p) {
+      if (p != m.options.rank && m.peers[p].watch) m.ArmLocked(p);
+    }
   }
   if (!m.thread.joinable()) {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -253,12 +305,14 @@ void Mesh::Close() {
   asio::post(m.io, [&m] {
     if (m.beat) m.beat->cancel();
     for (Peer& p : m.peers) {
-      boost::system::error_code ignored;
-      if (p.socket) p.socket->close(ignored);
+      if (p.watch && p.watch->is_open()) (void)p.watch->release();
+      if (p.fd >= 0) ::close(p.fd);
     }
   });
   m.work.reset();
   m.thread.join();
+  if (m.wake_fd >= 0) ::close(m.wake_fd);
+  m.wake_fd = -1;
 }
 
 }  // namespace tcp

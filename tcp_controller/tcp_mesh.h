@@ -8,9 +8,13 @@
 // (peer, channel) is used by one thread at a time, but different channels may be used from
 // different threads at once (the control thread and one executor thread per process set).
 //
-// One I/O thread (started by Create) reads every peer continuously into per-(peer, channel)
-// queues, so a send never waits for the receiver's program. Send writes from the calling thread
-// (one writer per peer at a time) and returns once its bytes are handed to the kernel.
+// Send writes from the calling thread (one writer per peer at a time) and returns once its bytes
+// are handed to the kernel. Receiving threads read the sockets themselves: one waiting for a peer
+// reads that peer's frames (the kernel wakes the thread that wants them; frames for other
+// channels go to per-(peer, channel) queues on the way). One I/O thread (started by Create)
+// drains every peer while some thread is blocked writing or receiving -- so ranks writing to
+// each other never wait for each other's programs -- and every 0.1 s (heartbeats, goodbyes,
+// resets that arrive for nobody).
 //
 // Failure is per peer: when a connection closes or resets, every waiting or later call involving
 // that peer fails with an UnknownError naming its rank and host (messages that arrived before stay

@@ -563,6 +563,39 @@ TEST(ScaleCopy, EveryTypeFactorAndSizeInAndOutOfPlace) {
   }
 }
 
+// Powers of two take a float path (one multiply in float instead of two conversions through
+// double): every bit must equal the double formula, at the edges too.
+TEST(ScaleCopy, Float32PowersOfTwoMatchTheDoubleFormulaBitForBit) {
+  std::vector<float> in;
+  for (uint32_t b : {0x00000000u, 0x80000000u, 0x00000001u, 0x80000003u, 0x007fffffu, 0x00800000u,
+                     0x00800001u, 0x00ffffffu, 0x3f800000u, 0x3f800001u, 0x7f7fffffu, 0xff7fffffu,
+                     0x7f000001u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x01000000u}) {
+    in.push_back(FromBits(b));
+  }
+  for (uint64_t i = 0; i < 20000; ++i) {  // random bit patterns, NaNs included
+    in.push_back(FromBits(static_cast<uint32_t>(Mix(i + 977))));
+  }
+  const int64_t n = static_cast<int64_t>(in.size());
+  // 2^-127 and 2^128 are not normal floats: they keep the double path; 3 * 2^-2 is no power.
+  for (double factor : {0.5, 0.25, -0.5, 2.0, -4.0, std::ldexp(1.0, -126), std::ldexp(1.0, 127),
+                        std::ldexp(1.0, -127), std::ldexp(1.0, 128), 0.75}) {
+    SCOPED_TRACE("factor " + std::to_string(factor));
+    std::vector<float> out(in.size()), inplace = in;
+    cpu::ScaleCopy(out.data(), in.data(), n, DataType::kFloat32, factor);
+    cpu::ScaleCopy(inplace.data(), inplace.data(), n, DataType::kFloat32, factor);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = static_cast<float>(static_cast<double>(in[i]) * factor);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(out[i]) && std::isnan(inplace[i])) << i;
+      } else {
+        ASSERT_EQ(Bits(out[i]), Bits(want))
+            << "element " << i << " bits " << std::hex << Bits(in[i]);
+        ASSERT_EQ(Bits(inplace[i]), Bits(want)) << "element " << i;
+      }
+    }
+  }
+}
+
 TEST(ScaleCopy, IntegersTruncateTowardZeroAndSaturate) {
   int32_t v[6] = {7, -7, 5, -5, 2000000000, -2000000000};
   cpu::ScaleCopy(v, v, 6, DataType::kInt32, 0.5);
