@@ -108,7 +108,7 @@ class Mesh::Impl {
   // Receiving (tcp_mesh_recv.cc). The holder of p's read turn reads one frame without blocking.
   enum class ReadResult { kFrame, kAgain, kEnded };
   ReadResult ReadFrame(int p);
-  // Ends p's read side after `ec` (mid-frame or not), as the old reader did; mu held.
+  // Ends p's read side after `ec` (mid-frame or not); mu held.
   void EndReadLocked(int p, const boost::system::error_code& ec);
   // Lets the I/O thread watch p (mu held) while it is wanted (WantIoLocked): an async_wait for
   // readability, then a check for bytes that arrived before it (the reactor is edge-triggered:

@@ -225,6 +225,10 @@ void Mesh::Impl::WaitReading(int p, std::unique_lock<std::mutex>& lock, Done don
       continue;
     }
     pr.reading = true;
+    auto done_unlocked = [&] {  // the condition re-checked while we hold the turn, mu released
+      std::lock_guard<std::mutex> relock(*lock.mutex());
+      return done();
+    };
     // While we wait on p, the I/O thread drains the other peers (one of them may be blocked
     // writing to us). p itself is ours: an I/O thread armed for it (a writer is blocked) finds
     // the turn taken when our bytes wake it, and goes back to waiting.
@@ -237,20 +241,12 @@ void Mesh::Impl::WaitReading(int p, std::unique_lock<std::mutex>& lock, Done don
       const ReadResult r = ReadFrame(p);
       if (r == ReadResult::kEnded) break;
       if (r == ReadResult::kFrame) {
-        lock.lock();
-        const bool finished = done();
-        lock.unlock();
-        if (finished) break;
+        if (done_unlocked()) break;
         continue;
       }
       pollfd pfd[2] = {{pr.fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
       const int ready = ::poll(pfd, 2, kReadSliceMs);
-      if (ready == 0 || pfd[1].revents != 0) {
-        lock.lock();
-        const bool finished = done();
-        lock.unlock();
-        if (finished) break;
-      }
+      if ((ready == 0 || pfd[1].revents != 0) && done_unlocked()) break;
     }
     lock.lock();
     --io_wanted;
