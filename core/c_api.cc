@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -88,7 +89,7 @@ Builtins& GetBuiltins() {
   return *G().builtins;
 }
 
-Status TranslateTensor(const hvdc_tensor& t, const char* what, Shape* shape) {
+Status CheckTensor(const hvdc_tensor& t, const char* what) {
   if (!IsValidDataType(t.dtype)) {
     return Status::InvalidArgument(fmt::format("{}: invalid dtype {}", what, t.dtype));
   }
@@ -96,6 +97,11 @@ Status TranslateTensor(const hvdc_tensor& t, const char* what, Shape* shape) {
     return Status::InvalidArgument(
         fmt::format("{}: invalid number of dimensions {}", what, t.ndim));
   }
+  return Status::OK();
+}
+
+Status TranslateTensor(const hvdc_tensor& t, const char* what, Shape* shape) {
+  HVDC_RETURN_IF_ERROR(CheckTensor(t, what));
   shape->assign(t.dims, t.dims + t.ndim);
   return Status::OK();
 }
@@ -136,13 +142,14 @@ Status Translate(const hvdc_request& r, EnqueueItem* item) {
       }
       [[fallthrough]];
     case OpType::kBroadcast: {
-      Shape out;
-      HVDC_RETURN_IF_ERROR(TranslateTensor(r.output, "output", &out));
-      if (out != q.shape || r.output.dtype != r.input.dtype) {
+      HVDC_RETURN_IF_ERROR(CheckTensor(r.output, "output"));
+      const bool same_shape = static_cast<size_t>(r.output.ndim) == q.shape.size() &&
+                              std::equal(q.shape.begin(), q.shape.end(), r.output.dims);
+      if (!same_shape || r.output.dtype != r.input.dtype) {
         return Status::InvalidArgument(
             fmt::format("tensor '{}': the output must have the input's shape and dtype", q.name));
       }
-      if (r.output.data == nullptr && NumElements(out) > 0) {
+      if (r.output.data == nullptr && NumElements(q.shape) > 0) {
         return Status::InvalidArgument(fmt::format("tensor '{}' has no output buffer", q.name));
       }
       item->output = r.output.data;

@@ -58,7 +58,11 @@ void Controller::BuildBits(Clock::time_point now) {
     e->is_cached = found == ResponseCache::Lookup::kHit;
     e->cache_bit = bit;
     if (found == ResponseCache::Lookup::kMismatch) invalidate(bit);
-    pending_[e->request.name] = e;
+    auto [it, inserted] = pending_.try_emplace(e->request.name, e);
+    if (!inserted) {  // (names are unique in flight) the key must view the new entry's name
+      pending_.erase(it);
+      pending_.emplace(e->request.name, e);
+    }
   }
   unsent_.clear();
 
@@ -183,9 +187,10 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
 
   if (!exchange) {
     ResponseList list;
+    list.responses.reserve(cached_ready_.size());
     for (uint32_t bit : cached_ready_) list.responses.push_back(cache_.Get(bit));
     *finished = true;
-    return OnResponses(list, out);
+    return OnResponses(std::move(list), out);
   }
 
   round_exchanged_ = true;
@@ -259,14 +264,15 @@ Status Controller::OnGather(Clock::time_point now) {
   return Status::OK();
 }
 
-Status Controller::OnResponses(const ResponseList& list, RoundResult* out) {
+Status Controller::OnResponses(ResponseList&& list, RoundResult* out) {
   const size_t n_cached = cached_ready_.size();
   if (list.responses.size() < n_cached) {
     return Status::UnknownError("coordinator answered fewer responses than the cache agreed on");
   }
   const bool tl = timeline_ && timeline_->active() && rank() == 0;
+  out->ready.reserve(out->ready.size() + list.responses.size());
   for (size_t i = 0; i < list.responses.size(); ++i) {
-    const Response& resp = list.responses[i];
+    Response& resp = list.responses[i];
     if (i < n_cached) {
       cache_.Touch(cached_ready_[i]);
     } else {
@@ -284,7 +290,7 @@ Status Controller::OnResponses(const ResponseList& list, RoundResult* out) {
       }
       if (tl && i >= n_cached) timeline_->NegotiateEnd(resp.name);
     }
-    out->ready.emplace_back(resp, std::move(entry));
+    out->ready.emplace_back(std::move(resp), std::move(entry));
   }
   if (list.shutdown) {
     out->shutdown = true;
@@ -318,7 +324,7 @@ bool Controller::Poll(Clock::time_point now, RoundResult* out) {
         case Phase::kBroadcast: {
           ResponseList list;
           s = ParseResponseList(blob_, &list);
-          if (s.ok()) s = OnResponses(list, out);
+          if (s.ok()) s = OnResponses(std::move(list), out);
           break;
         }
         case Phase::kIdle:

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -88,7 +89,7 @@ class Controller {
   void BuildBits(Clock::time_point now);
   Status OnBits(Clock::time_point now, bool* finished, RoundResult* out);
   Status OnGather(Clock::time_point now);
-  Status OnResponses(const ResponseList& list, RoundResult* out);
+  Status OnResponses(ResponseList&& list, RoundResult* out);  // moves the responses out
   void CheckStalls(Clock::time_point now);
   void Fail(const Status& status, RoundResult* out);
 
@@ -101,7 +102,9 @@ class Controller {
   std::unique_ptr<MessageTable> table_;  // coordinator only
 
   std::vector<std::shared_ptr<TensorEntry>> unsent_;  // submitted since the last round started
-  std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // by name
+  // By name. A key views the name inside its own entry, which the map keeps alive and nobody
+  // renames while it is pending.
+  std::unordered_map<std::string_view, std::shared_ptr<TensorEntry>> pending_;
   std::shared_ptr<TensorEntry> join_;  // this rank's pending join, if any
   bool join_sent_ = false;
   bool peers_joined_ = false;  // the last round saw a joined rank

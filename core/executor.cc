@@ -197,9 +197,9 @@ void Executor::Loop(std::shared_ptr<State> sp) {
 }
 
 void Executor::Complete(Batch& batch, const Status& status, TensorQueue* queue) {
+  if (queue) queue->Release(batch.items);  // the names first (one lock), then the callbacks
   for (auto& item : batch.items) {
     if (!item.entry) continue;
-    if (queue) queue->Release(item.entry->request.name);
     item.entry->completion->MemberDone(status);
     item.entry.reset();
   }

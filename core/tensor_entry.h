@@ -19,24 +19,19 @@ class Completion {
   using Callback = std::function<void(const Status&)>;
   Completion(int members, Callback cb) : remaining_(members), callback_(std::move(cb)) {}
   void MemberDone(const Status& s) {
-    {
+    if (!s.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!s.ok() && first_error_.ok()) first_error_ = s;
+      if (first_error_.ok()) first_error_ = s;
     }
-    if (remaining_.fetch_sub(1) == 1) {
-      Status final_status;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        final_status = first_error_;
-      }
-      callback_(final_status);
-    }
+    // The last member's decrement orders after every other member's (and so after any error
+    // they stored): it reads first_error_ without the lock.
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) callback_(first_error_);
   }
 
  private:
   std::atomic<int> remaining_;
   Callback callback_;
-  std::mutex mu_;  // guards first_error_
+  std::mutex mu_;  // orders the members' writes to first_error_
   Status first_error_;
 };
 

@@ -60,6 +60,13 @@ void TensorQueue::Release(const std::string& name) {
   in_flight_.erase(name);
 }
 
+void TensorQueue::Release(const std::vector<BatchItem>& items) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const BatchItem& item : items) {
+    if (item.entry) in_flight_.erase(item.entry->request.name);
+  }
+}
+
 void TensorQueue::Close(Status status) {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;

@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/batch.h"
 #include "core/status.h"
 #include "core/tensor_entry.h"
 
@@ -26,6 +27,9 @@ class TensorQueue {
   size_t pending() const;
   // Called once an entry's callback is about to run: its name may be used again.
   void Release(const std::string& name);
+  // Release() for every entry of a completed batch, under one lock (items without an entry
+  // are skipped).
+  void Release(const std::vector<BatchItem>& items);
   // Refuses every later Push with `status` (at shutdown).
   void Close(Status status);
 
