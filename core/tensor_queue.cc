@@ -1,6 +1,7 @@
 #include "core/tensor_queue.h"
 
 #include <string_view>
+#include <unordered_set>
 
 namespace hvdc {
 
@@ -32,7 +33,7 @@ Status TensorQueue::Push(std::vector<std::shared_ptr<TensorEntry>> entries) {
   std::lock_guard<std::mutex> lock(mu_);
   HVDC_RETURN_IF_ERROR(CheckNames(entries));
   for (auto& e : entries) {
-    in_flight_.insert(e->request.name);
+    in_flight_.emplace(e->request.name, e);
     incoming_.push_back(std::move(e));
   }
   return Status::OK();
@@ -41,7 +42,7 @@ Status TensorQueue::Push(std::vector<std::shared_ptr<TensorEntry>> entries) {
 Status TensorQueue::Claim(const std::vector<std::shared_ptr<TensorEntry>>& entries) {
   std::lock_guard<std::mutex> lock(mu_);
   HVDC_RETURN_IF_ERROR(CheckNames(entries));
-  for (auto& e : entries) in_flight_.insert(e->request.name);
+  for (auto& e : entries) in_flight_.emplace(e->request.name, e);
   return Status::OK();
 }
 

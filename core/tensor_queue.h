@@ -6,7 +6,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/batch.h"
@@ -36,7 +37,9 @@ class TensorQueue {
  private:
   mutable std::mutex mu_;  // guards everything below
   std::vector<std::shared_ptr<TensorEntry>> incoming_;
-  std::unordered_set<std::string> in_flight_;
+  // In-flight names. A key views the name inside its own entry, which the value keeps alive
+  // (until released, or the queue goes): no copy of the name per tensor.
+  std::unordered_map<std::string_view, std::shared_ptr<TensorEntry>> in_flight_;
   Status CheckNames(const std::vector<std::shared_ptr<TensorEntry>>& entries) const;  // mu_ held
 
   bool closed_ = false;
