@@ -41,6 +41,12 @@ void Controller::RequestShutdown(const std::string& reason) {
   shutdown_reason_ = reason;
 }
 
+bool Controller::HoldsBit(const TensorEntry& e, std::string_view name) const {
+  // Unchanged since the lookup: no need to compare the name again.
+  if (e.cache_version == cache_.version()) return true;
+  return cache_.Has(e.cache_bit) && cache_.Get(e.cache_bit).name == name;
+}
+
 void Controller::BuildBits(Clock::time_point now) {
   const size_t w = cache_.words();
   bits_.assign(2 * w + 3, 0);
@@ -57,6 +63,7 @@ void Controller::BuildBits(Clock::time_point now) {
     ResponseCache::Lookup found = cache_.Find(e->request, rank(), &bit);
     e->is_cached = found == ResponseCache::Lookup::kHit;
     e->cache_bit = bit;
+    e->cache_version = cache_.version();
     if (found == ResponseCache::Lookup::kMismatch) invalidate(bit);
     auto [it, inserted] = pending_.try_emplace(e->request.name, e);
     if (!inserted) {  // (names are unique in flight) the key must view the new entry's name
@@ -72,7 +79,7 @@ void Controller::BuildBits(Clock::time_point now) {
   // coordinator can fail them ("not supported while a rank has joined").
   std::unordered_set<std::string> full_groups;
   for (auto& [name, e] : pending_) {
-    bool cached = e->is_cached && cache_.Has(e->cache_bit) && cache_.Get(e->cache_bit).name == name;
+    const bool cached = e->is_cached && HoldsBit(*e, name);
     if (!cached && e->request.group_size > 1) full_groups.insert(e->request.group);
   }
   const bool anyone_joined = join_ != nullptr || peers_joined_;
@@ -82,9 +89,7 @@ void Controller::BuildBits(Clock::time_point now) {
     const bool refused_while_joined =
         anyone_joined && e->request.op != OpType::kAllreduce && e->request.op != OpType::kBarrier;
     if (group_in_full || refused_while_joined) {
-      if (cache_.Has(e->cache_bit) && cache_.Get(e->cache_bit).name == name) {
-        invalidate(e->cache_bit);
-      }
+      if (HoldsBit(*e, name)) invalidate(e->cache_bit);
       e->is_cached = false;
     }
   }
@@ -93,7 +98,7 @@ void Controller::BuildBits(Clock::time_point now) {
   const auto stall_age = std::chrono::duration<double>(config_.stall_check_time_s / 2);
   for (auto& [name, e] : pending_) {
     if (e->is_cached) {
-      if (!cache_.Has(e->cache_bit) || cache_.Get(e->cache_bit).name != name) {
+      if (!HoldsBit(*e, name)) {
         e->is_cached = false;  // evicted since it was submitted
       } else if (!config_.stall_check_disable && now - e->enqueued_at > stall_age) {
         // Renegotiate in full so the coordinator can see (and report) which ranks are missing.

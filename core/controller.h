@@ -89,6 +89,8 @@ class Controller {
   void BuildBits(Clock::time_point now);
   Status OnBits(Clock::time_point now, bool* finished, RoundResult* out);
   Status OnGather(Clock::time_point now);
+  // The cache still gives e's bit to `name` (e was a hit, or its bit's slot is checked again).
+  bool HoldsBit(const TensorEntry& e, std::string_view name) const;
   Status OnResponses(ResponseList&& list, RoundResult* out);  // moves the responses out
   void CheckStalls(Clock::time_point now);
   void Fail(const Status& status, RoundResult* out);

@@ -68,6 +68,7 @@ void ResponseCache::Put(const Response& response) {
   slot.lru = lru_.begin();
   by_name_[response.name] = bit;
   hash_ ^= EntryHash(bit, response.name);
+  ++version_;
 }
 
 void ResponseCache::Touch(uint32_t bit) {
@@ -79,6 +80,7 @@ void ResponseCache::Erase(uint32_t bit) {
   if (!Has(bit)) return;
   Slot& slot = slots_[bit];
   hash_ ^= EntryHash(bit, slot.response.name);
+  ++version_;
   by_name_.erase(slot.response.name);
   lru_.erase(slot.lru);
   slot.used = false;

@@ -44,6 +44,8 @@ class ResponseCache {
   size_t words() const { return (static_cast<size_t>(capacity_) + 63) / 64; }
   // Changes whenever the contents change; equal on every rank when the copies agree.
   uint64_t hash() const { return hash_; }
+  // Changes whenever a name gains or loses a bit (never 0); equal versions, same lookups.
+  uint64_t version() const { return version_; }
 
  private:
   struct Slot {
@@ -60,6 +62,7 @@ class ResponseCache {
   std::unordered_map<std::string, uint32_t> by_name_;
   std::list<uint32_t> lru_;  // front = most recently used
   uint64_t hash_ = 0;
+  uint64_t version_ = 1;
 };
 
 }  // namespace hvdc

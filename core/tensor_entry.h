@@ -56,6 +56,7 @@ struct TensorEntry {
   bool sent_full = false;  // the coordinator holds this tensor's full request
   bool is_cached = false;  // negotiated through the cache bit `cache_bit`
   uint32_t cache_bit = 0;
+  uint64_t cache_version = 0;  // the cache's version() at the lookup
 };
 
 }  // namespace hvdc
