@@ -160,6 +160,33 @@ TEST(ResponseCache, EraseFreesTheBitForTheNextPut) {
   EXPECT_TRUE(Cached(c, "c"));
 }
 
+// The controller trusts a lookup made at the current version(): it must change with every change
+// of which name holds which bit, and only then.
+TEST(ResponseCache, VersionChangesExactlyWhenABitChangesHands) {
+  ResponseCache c(2);
+  uint64_t v = c.version();
+  c.Put(Resp("a"));
+  EXPECT_NE(c.version(), v);
+  v = c.version();
+  uint32_t a_bit = 0;
+  ASSERT_EQ(Find(c, ReqFor(Resp("a")), &a_bit), ResponseCache::Lookup::kHit);
+  c.Touch(a_bit);
+  EXPECT_EQ(c.version(), v) << "a lookup and a touch change nothing";
+  c.Put(Resp("b"));
+  EXPECT_NE(c.version(), v);
+  v = c.version();
+  c.Put(Resp("c"));  // full: evicts the least recently used
+  EXPECT_NE(c.version(), v);
+  v = c.version();
+  c.Erase(a_bit + 100);  // not a used bit: nothing changes
+  EXPECT_EQ(c.version(), v);
+  uint32_t c_bit = 0;
+  ASSERT_EQ(Find(c, ReqFor(Resp("c")), &c_bit), ResponseCache::Lookup::kHit);
+  c.Erase(c_bit);
+  EXPECT_NE(c.version(), v);
+  EXPECT_NE(c.version(), 0u);
+}
+
 TEST(ResponseCache, ErrorsJoinAndAlltoallAreNeverCached) {
   ResponseCache c(8);
   Response err = Resp("err");

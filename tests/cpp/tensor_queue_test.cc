@@ -92,6 +92,35 @@ TEST(TensorQueue, ANameInFlightIsRefusedUntilReleased) {
   EXPECT_EQ(q.pending(), 1u);
 }
 
+// The queue holds what it needs to know a name is in flight: long names (not stored inline in
+// the string) stay refused after every other reference to their entries is gone.
+TEST(TensorQueue, ANameStaysInFlightAfterItsEntryIsDropped) {
+  TensorQueue q;
+  const std::string a(100, 'a'), b(100, 'b');
+  ASSERT_TRUE(q.Push(Entries({a, b})).ok());
+  q.Drain();  // the entries' last outside references go here
+  EXPECT_EQ(q.Push(Entries({a})).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(q.Push(Entries({b})).code(), StatusCode::kInvalidArgument);
+  q.Release(a);
+  EXPECT_TRUE(q.Push(Entries({a})).ok());
+  EXPECT_EQ(q.Push(Entries({b})).code(), StatusCode::kInvalidArgument);
+}
+
+// A completed batch releases all its names at once; a joined rank's empty items are skipped.
+TEST(TensorQueue, ABatchReleasesEveryNameOfItsItems) {
+  TensorQueue q;
+  auto entries = Entries({"p", "q", "r"});
+  ASSERT_TRUE(q.Push(entries).ok());
+  std::vector<BatchItem> items;
+  for (auto& e : q.Drain()) items.push_back(BatchItem{Response(), e});
+  items.push_back(BatchItem{Response(), nullptr});
+  ASSERT_EQ(items.size(), 4u);
+  items.erase(items.begin() + 1);  // "q" is not in this batch: it stays in flight
+  q.Release(items);
+  EXPECT_TRUE(q.Push(Entries({"p", "r"})).ok());
+  EXPECT_EQ(q.Push(Entries({"q"})).code(), StatusCode::kInvalidArgument);
+}
+
 // A group is all-or-nothing: a duplicate within it, or one member already in flight, adds none.
 TEST(TensorQueue, AGroupWithADuplicateAddsNothing) {
   TensorQueue q;
