@@ -397,7 +397,10 @@ int hvdc_enqueue(const hvdc_request* requests, int32_t count, hvdc_done_fn done,
       return Fail(StatusCode::kInvalidArgument, "hvdc_enqueue: no requests");
     }
     if (done == nullptr) return Fail(StatusCode::kInvalidArgument, "hvdc_enqueue: no callback");
-    std::vector<EnqueueItem> items(static_cast<size_t>(count));
+    // One tensor (the common call) needs no vector.
+    EnqueueItem one;
+    std::vector<EnqueueItem> many(count > 1 ? static_cast<size_t>(count) : 0);
+    EnqueueItem* items = count > 1 ? many.data() : &one;
     bool may_complete_inline = true;
     for (int32_t i = 0; i < count; ++i) {
       may_complete_inline &= (requests[i].flags & HVDC_REQUEST_MAY_COMPLETE_INLINE) != 0;
@@ -408,7 +411,7 @@ int hvdc_enqueue(const hvdc_request* requests, int32_t count, hvdc_done_fn done,
       if (!s.ok()) return Fail(s);
     }
     Status s = rt->Enqueue(
-        requests[0].process_set_id, std::move(items),
+        requests[0].process_set_id, items, static_cast<size_t>(count),
         [done, user](const Status& st) {
           done(user, static_cast<int>(st.code()), st.message().c_str());
         },

@@ -129,12 +129,12 @@ Status Runtime::CreateSet(int id, std::vector<int> ranks) {
   return Status::OK();
 }
 
-Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
+Status Runtime::Enqueue(int32_t process_set_id, EnqueueItem* items, size_t count,
                         Completion::Callback done, bool may_complete_inline) {
   if (down_.load()) return ShutdownStatus();
-  if (items.empty()) return Status::InvalidArgument("nothing to enqueue");
+  if (count == 0) return Status::InvalidArgument("nothing to enqueue");
   SetPtr st = sets_.Find(process_set_id);
-  const std::string& first = items.front().request.name;
+  const std::string& first = items[0].request.name;
   if (!st) {
     return Status::InvalidArgument(fmt::format(
         "tensor '{}': process set {} is not known (not registered on this rank, or removed)", first,
@@ -146,19 +146,22 @@ Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
                     topology().rank, process_set_id, st->ranks));
   }
   const SetView view{process_set_id, &st->ranks};
-  auto completion = std::make_shared<Completion>(static_cast<int>(items.size()), std::move(done));
+  // A lone tensor's completion shares its entry's allocation; a group's members share one.
+  auto group_completion =
+      count > 1 ? std::make_shared<Completion>(static_cast<int>(count), std::move(done)) : nullptr;
   std::vector<std::shared_ptr<TensorEntry>> entries;
-  entries.reserve(items.size());
+  entries.reserve(count);
   const auto now = Clock::now();
-  const std::string group = items.size() > 1 ? items.front().request.name : std::string();
-  for (auto& item : items) {
+  const std::string group = count > 1 ? items[0].request.name : std::string();
+  for (size_t i = 0; i < count; ++i) {
+    EnqueueItem& item = items[i];
     Request& q = item.request;
     HVDC_RETURN_IF_ERROR(ValidateRequest(view, &q));
-    if (items.size() > 1) {
-      q.group_size = static_cast<int32_t>(items.size());
+    if (count > 1) {
+      q.group_size = static_cast<int32_t>(count);
       q.group = group;
     }
-    auto e = std::make_shared<TensorEntry>();
+    auto e = group_completion ? NewEntry(group_completion) : NewEntry(std::move(done));
     e->request = std::move(q);
     e->process_set_id = process_set_id;
     e->input = item.input;
@@ -168,7 +171,6 @@ Status Runtime::Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items,
     e->join_last_rank = item.join_last_rank;
     e->ready_event = item.ready_event;
     e->done_stream = item.done_stream;
-    e->completion = completion;
     e->enqueued_at = now;
     entries.push_back(std::move(e));
   }

@@ -61,8 +61,14 @@ class Runtime {
   // the last completes -- unless this returns an error, in which case it never runs. It runs on a
   // runtime thread; with `may_complete_inline`, a one-member set runs the items and `done` on the
   // calling thread, before returning (runtime_inline.cc).
+  // The items are consumed (moved from).
+  Status Enqueue(int32_t process_set_id, EnqueueItem* items, size_t count,
+                 Completion::Callback done, bool may_complete_inline = false);
   Status Enqueue(int32_t process_set_id, std::vector<EnqueueItem> items, Completion::Callback done,
-                 bool may_complete_inline = false);
+                 bool may_complete_inline = false) {
+    return Enqueue(process_set_id, items.data(), items.size(), std::move(done),
+                   may_complete_inline);
+  }
 
   // Process sets. An error's detail says why (process_set_error.h); the outputs are set only on
   // success. Add and remove are collective over the world (every rank calls them in one order).

@@ -49,7 +49,10 @@ struct TensorEntry {
   // hvdc_request); null when unused.
   const void* ready_event = nullptr;
   void* done_stream = nullptr;
-  std::shared_ptr<Completion> completion;
+  // Runs the callback (MemberDone). A lone tensor's lives in the entry's own allocation; a
+  // group's members point to their shared `group_completion`. See NewEntry.
+  Completion* completion = nullptr;
+  std::shared_ptr<Completion> group_completion;
   std::chrono::steady_clock::time_point enqueued_at;
 
   // Set by the control thread.
@@ -58,5 +61,29 @@ struct TensorEntry {
   uint32_t cache_bit = 0;
   uint64_t cache_version = 0;  // the cache's version() at the lookup
 };
+
+namespace detail {
+struct LoneEntry {  // an entry and its completion in one allocation
+  explicit LoneEntry(Completion::Callback done) : completion(1, std::move(done)) {
+    entry.completion = &completion;
+  }
+  TensorEntry entry;
+  Completion completion;
+};
+}  // namespace detail
+
+// A tensor enqueued alone: `done` runs once it completes.
+inline std::shared_ptr<TensorEntry> NewEntry(Completion::Callback done) {
+  auto block = std::make_shared<detail::LoneEntry>(std::move(done));
+  return std::shared_ptr<TensorEntry>(block, &block->entry);
+}
+
+// A member of a group: `group` runs its callback after the last member completes.
+inline std::shared_ptr<TensorEntry> NewEntry(std::shared_ptr<Completion> group) {
+  auto e = std::make_shared<TensorEntry>();
+  e->completion = group.get();
+  e->group_completion = std::move(group);
+  return e;
+}
 
 }  // namespace hvdc

@@ -107,14 +107,13 @@ struct Calls {
 };
 
 std::shared_ptr<TensorEntry> Entry(const std::string& name, Calls* calls, int index) {
-  auto e = std::make_shared<TensorEntry>();
-  e->request.name = name;
-  e->completion = std::make_shared<Completion>(1, [calls, index](const Status& s) {
+  auto e = NewEntry([calls, index](const Status& s) {
     EXPECT_TRUE(s.ok()) << s.message();
     std::lock_guard<std::mutex> lock(calls->mu);
     ++calls->count[static_cast<size_t>(index)];
     calls->cv.notify_all();
   });
+  e->request.name = name;
   return e;
 }
 
