@@ -5,16 +5,20 @@
 
 namespace hvdc {
 
-uint64_t ResponseCache::EntryHash(uint32_t bit, const std::string& name) {
+uint64_t ResponseCache::EntryHash(uint32_t bit, uint64_t name_hash) {
   // XOR of per-entry hashes: order independent, updated in O(1) on put and erase.
-  uint64_t h = std::hash<std::string>()(name);
-  return (h ^ (0x9e3779b97f4a7c15ULL * (bit + 1))) * 0xff51afd7ed558ccdULL;
+  return (name_hash ^ (0x9e3779b97f4a7c15ULL * (bit + 1))) * 0xff51afd7ed558ccdULL;
+}
+
+uint32_t ResponseCache::FindBit(const std::string& name, uint64_t name_hash) const {
+  return index_.Find(name, name_hash,
+                     [this](uint32_t b) -> const std::string& { return slots_[b].response.name; });
 }
 
 ResponseCache::Lookup ResponseCache::Find(const Request& q, int set_rank, uint32_t* bit) const {
-  auto it = by_name_.find(q.name);
-  if (it == by_name_.end()) return Lookup::kMiss;
-  const Response& p = slots_[it->second].response;
+  const uint32_t found = FindBit(q.name, NameIndex::Hash(q.name));
+  if (found == NameIndex::kNone) return Lookup::kMiss;
+  const Response& p = slots_[found].response;
   // Device kind only: with one GPU per rank the ordinals differ across ranks.
   bool same = p.op == q.op && p.dtype == q.dtype && (p.device < 0) == (q.device < 0) &&
               p.reduce_op == q.reduce_op && p.prescale == q.prescale &&
@@ -33,21 +37,22 @@ ResponseCache::Lookup ResponseCache::Find(const Request& q, int set_rank, uint32
         same = p.shape == q.shape;
     }
   }
-  *bit = it->second;
+  *bit = found;
   return same ? Lookup::kHit : Lookup::kMismatch;
 }
 
 void ResponseCache::Put(const Response& response) {
   if (capacity_ <= 0 || response.error_code != StatusCode::kOk) return;
   if (response.op == OpType::kJoin || response.op == OpType::kAlltoall) return;
-  auto existing = by_name_.find(response.name);
-  if (existing != by_name_.end()) Erase(existing->second);
+  const uint64_t name_hash = NameIndex::Hash(response.name);
+  const uint32_t existing = FindBit(response.name, name_hash);
+  if (existing != NameIndex::kNone) Erase(existing);
   if (evicted_.count(response.name) && capacity_ < max_capacity_) {
     capacity_ = std::min(capacity_ * 2, max_capacity_);
     evicted_.clear();
   }
   uint32_t bit;
-  if (static_cast<int64_t>(by_name_.size()) >= capacity_) {
+  if (static_cast<int64_t>(index_.size()) >= capacity_) {
     bit = lru_.back();
     if (capacity_ < max_capacity_) {
       // A cycle of n tensors brings a name back n - capacity evictions later: remember up to
@@ -63,11 +68,12 @@ void ResponseCache::Put(const Response& response) {
   if (bit >= slots_.size()) slots_.resize(bit + 1);
   Slot& slot = slots_[bit];
   slot.used = true;
+  slot.name_hash = name_hash;
   slot.response = response;
   lru_.push_front(bit);
   slot.lru = lru_.begin();
-  by_name_[response.name] = bit;
-  hash_ ^= EntryHash(bit, response.name);
+  index_.Insert(name_hash, bit);
+  hash_ ^= EntryHash(bit, name_hash);
   ++version_;
 }
 
@@ -79,9 +85,9 @@ void ResponseCache::Touch(uint32_t bit) {
 void ResponseCache::Erase(uint32_t bit) {
   if (!Has(bit)) return;
   Slot& slot = slots_[bit];
-  hash_ ^= EntryHash(bit, slot.response.name);
+  hash_ ^= EntryHash(bit, slot.name_hash);
   ++version_;
-  by_name_.erase(slot.response.name);
+  index_.Erase(slot.name_hash, bit);
   lru_.erase(slot.lru);
   slot.used = false;
   slot.response = Response();

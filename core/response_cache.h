@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <list>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/message.h"
+#include "core/name_index.h"
 
 namespace hvdc {
 
@@ -50,17 +50,19 @@ class ResponseCache {
  private:
   struct Slot {
     bool used = false;
+    uint64_t name_hash = 0;  // NameIndex::Hash(response.name)
     Response response;
     std::list<uint32_t>::iterator lru;
   };
-  static uint64_t EntryHash(uint32_t bit, const std::string& name);
+  static uint64_t EntryHash(uint32_t bit, uint64_t name_hash);
+  uint32_t FindBit(const std::string& name, uint64_t name_hash) const;
 
   int64_t capacity_;
   int64_t max_capacity_;
   std::vector<Slot> slots_;
   std::unordered_set<std::string> evicted_;  // evicted for room since the last growth
-  std::unordered_map<std::string, uint32_t> by_name_;
-  std::list<uint32_t> lru_;  // front = most recently used
+  NameIndex index_;                          // name -> bit of the used slots
+  std::list<uint32_t> lru_;                  // front = most recently used
   uint64_t hash_ = 0;
   uint64_t version_ = 1;
 };
