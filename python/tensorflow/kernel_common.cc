@@ -1,11 +1,16 @@
 #include "python/tensorflow/kernel_common.h"
 
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/platform/threadpool.h"
 
 namespace hvdc_tf {
 
@@ -18,6 +23,61 @@ alignas(64) char empty_tensor_storage[64];
 
 // The call whose Start is running on this thread (CollectiveCall::Finish).
 thread_local const void* starting_on_this_thread = nullptr;
+
+// The `done`s handed to one TF worker pool, coalesced: the runtime's executor completes a fused
+// batch of ops in a row, and one pool task then runs every `done` queued meanwhile instead of
+// each op waking a pool thread of its own. (An async kernel's `done` only schedules what became
+// ready; it does not run kernels inline.)
+class PoolDoneQueue {
+ public:
+  explicit PoolDoneQueue(tensorflow::thread::ThreadPool* pool) : pool_(pool) {}
+
+  void Push(std::function<void()> done) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(done));
+      if (draining_) return;
+      draining_ = true;
+    }
+    pool_->Schedule([this] { Drain(); });
+  }
+
+ private:
+  void Drain() {
+    std::vector<std::function<void()>> batch;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (queue_.empty()) {
+          draining_ = false;
+          return;
+        }
+        batch.swap(queue_);
+      }
+      for (auto& done : batch) done();
+      batch.clear();
+    }
+  }
+
+  tensorflow::thread::ThreadPool* const pool_;
+  std::mutex mu_;
+  std::vector<std::function<void()>> queue_;  // guarded by mu_
+  bool draining_ = false;                     // a Drain task is scheduled or running
+};
+
+// One queue per pool, for the life of the process (a device's pool outlives its kernels' calls).
+PoolDoneQueue& DoneQueueFor(tensorflow::thread::ThreadPool* pool) {
+  thread_local std::pair<tensorflow::thread::ThreadPool*, PoolDoneQueue*> last{nullptr, nullptr};
+  if (last.first == pool) return *last.second;
+  static std::mutex mu;
+  static auto* queues =
+      new std::unordered_map<tensorflow::thread::ThreadPool*, std::unique_ptr<PoolDoneQueue>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& q = (*queues)[pool];
+  if (!q) q = std::make_unique<PoolDoneQueue>(pool);
+  last = {pool, q.get()};
+  return *q;
+}
 }  // namespace
 
 Status ToHvdcDtype(tensorflow::DataType dtype, int32_t* out) {
@@ -138,12 +198,10 @@ CollectiveCall::CollectiveCall(OpKernelContext* ctx, AsyncOpKernel::DoneCallback
     : ctx_(ctx), done_(std::move(done)) {}
 
 hvdc_request& CollectiveCall::AddRequest(int32_t op, std::string name, int32_t process_set_id) {
-  names_.push_back(std::move(name));
-  requests_.emplace_back();
-  hvdc_request& request = requests_.back();
-  request = hvdc_request{};
+  const std::string& stored = names_.push_back(std::move(name));
+  hvdc_request& request = requests_.push_back(hvdc_request{});
   request.op = op;
-  request.name = names_.back().c_str();
+  request.name = stored.c_str();
   request.process_set_id = process_set_id;
   // Done and the allocator are fine on the kernel's own thread (see Finish): a one-member set
   // then runs the op at once, with no thread hand-off.
@@ -152,9 +210,8 @@ hvdc_request& CollectiveCall::AddRequest(int32_t op, std::string name, int32_t p
 }
 
 void CollectiveCall::AllocateOutputLater(hvdc_request& request, int output_index) {
-  allocators_.push_back(OutputAllocator{this, output_index});
   request.allocate = &CollectiveCall::AllocateTrampoline;
-  request.allocate_user = &allocators_.back();
+  request.allocate_user = &allocators_.push_back(OutputAllocator{this, output_index});
 }
 
 void* CollectiveCall::AllocateTrampoline(void* user, int32_t ndim, const int64_t* dims) {
@@ -204,7 +261,7 @@ void CollectiveCall::Finish() {
   const tensorflow::DeviceBase::CpuWorkerThreads* workers =
       ctx_->device()->tensorflow_cpu_worker_threads();
   if (starting_on_this_thread != this && workers != nullptr && workers->workers != nullptr) {
-    workers->workers->Schedule(std::move(complete));
+    DoneQueueFor(workers->workers).Push(std::move(complete));
   } else {
     complete();
   }
@@ -220,10 +277,18 @@ void CollectiveCall::Start(std::unique_ptr<CollectiveCall> owned, bool grouped) 
   } restore{starting_on_this_thread};
   starting_on_this_thread = call;
   const int n = static_cast<int>(call->requests_.size());
-  std::vector<hvdc_request> requests(call->requests_.begin(), call->requests_.end());
+  // A copy the runtime reads while `call` may already be gone (completed inline); one request,
+  // the usual case, on the stack.
+  hvdc_request one = n == 1 ? call->requests_.front() : hvdc_request{};
+  std::vector<hvdc_request> many;
+  if (n > 1) {
+    many.reserve(static_cast<size_t>(n));
+    call->requests_.ForEach([&](const hvdc_request& r) { many.push_back(r); });
+  }
+  hvdc_request* requests = n > 1 ? many.data() : &one;
   if (grouped || n <= 1) {
     call->remaining_ = 1;
-    int code = hvdc_enqueue(requests.data(), n, &CollectiveCall::DoneTrampoline, call);
+    int code = hvdc_enqueue(requests, n, &CollectiveCall::DoneTrampoline, call);
     if (code != HVDC_OK) {
       call->RecordError(ToTfStatus(code, hvdc_last_error()));
       call->remaining_ = 0;

@@ -5,7 +5,6 @@
 #define HVDC_PYTHON_TENSORFLOW_KERNEL_COMMON_H_
 
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -14,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "core/c_api.h"
+#include "python/tensorflow/stable_list.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -93,9 +93,9 @@ class CollectiveCall {
 
   OpKernelContext* ctx_;
   AsyncOpKernel::DoneCallback done_;
-  std::deque<std::string> names_;
-  std::deque<hvdc_request> requests_;
-  std::deque<OutputAllocator> allocators_;
+  StableList<std::string> names_;
+  StableList<hvdc_request> requests_;
+  StableList<OutputAllocator> allocators_;
   std::vector<int32_t> int32_storage_;
   std::vector<std::shared_ptr<void>> keep_alive_;
   std::atomic<int> remaining_{0};
