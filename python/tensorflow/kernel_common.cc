@@ -25,9 +25,11 @@ alignas(64) char empty_tensor_storage[64];
 thread_local const void* starting_on_this_thread = nullptr;
 
 // The `done`s handed to one TF worker pool, coalesced: the runtime's executor completes a fused
-// batch of ops in a row, and one pool task then runs every `done` queued meanwhile instead of
-// each op waking a pool thread of its own. (An async kernel's `done` only schedules what became
-// ready; it does not run kernels inline.)
+// batch of ops in a row, and one pool task then runs every `done` queued by then instead of each
+// op waking a pool thread of its own. A `done` may run more of the graph inline (some runners
+// do), even a kernel that waits for another collective: so a task runs only what is queued when
+// it starts, and what is queued meanwhile goes to the next task -- never behind a `done` that
+// waits for it.
 class PoolDoneQueue {
  public:
   explicit PoolDoneQueue(tensorflow::thread::ThreadPool* pool) : pool_(pool) {}
@@ -36,33 +38,27 @@ class PoolDoneQueue {
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(done));
-      if (draining_) return;
-      draining_ = true;
+      if (scheduled_) return;
+      scheduled_ = true;
     }
-    pool_->Schedule([this] { Drain(); });
+    pool_->Schedule([this] { RunQueued(); });
   }
 
  private:
-  void Drain() {
+  void RunQueued() {
     std::vector<std::function<void()>> batch;
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (queue_.empty()) {
-          draining_ = false;
-          return;
-        }
-        batch.swap(queue_);
-      }
-      for (auto& done : batch) done();
-      batch.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batch.swap(queue_);
+      scheduled_ = false;
     }
+    for (auto& done : batch) done();
   }
 
   tensorflow::thread::ThreadPool* const pool_;
   std::mutex mu_;
   std::vector<std::function<void()>> queue_;  // guarded by mu_
-  bool draining_ = false;                     // a Drain task is scheduled or running
+  bool scheduled_ = false;                    // a task will take queue_
 };
 
 // One queue per pool, for the life of the process (a device's pool outlives its kernels' calls).
