@@ -9,8 +9,12 @@
 
 namespace hvdc {
 
+// A cached tensor's item shares the response cache's copy of its response: a steady-state step
+// copies no names or shapes. Nobody changes a response once it is shared.
+using SharedResponse = std::shared_ptr<const Response>;
+
 struct BatchItem {
-  Response response;
+  SharedResponse response;
   std::shared_ptr<TensorEntry> entry;  // null: this rank joined and contributes zeros
 };
 

@@ -60,15 +60,15 @@ void Controller::BuildBits(Clock::time_point now) {
       continue;
     }
     uint32_t bit = 0;
-    ResponseCache::Lookup found = cache_.Find(e->request, rank(), &bit);
+    ResponseCache::Lookup found = cache_.Find(e->request, e->hashed_name().hash, rank(), &bit);
     e->is_cached = found == ResponseCache::Lookup::kHit;
     e->cache_bit = bit;
     e->cache_version = cache_.version();
     if (found == ResponseCache::Lookup::kMismatch) invalidate(bit);
-    auto [it, inserted] = pending_.try_emplace(e->request.name, e);
+    auto [it, inserted] = pending_.try_emplace(e->hashed_name(), e);
     if (!inserted) {  // (names are unique in flight) the key must view the new entry's name
       pending_.erase(it);
-      pending_.emplace(e->request.name, e);
+      pending_.emplace(e->hashed_name(), e);
     }
   }
   unsent_.clear();
@@ -78,27 +78,27 @@ void Controller::BuildBits(Clock::time_point now) {
   // rank has joined, cached collectives other than allreduce and barrier go in full too, so the
   // coordinator can fail them ("not supported while a rank has joined").
   std::unordered_set<std::string> full_groups;
-  for (auto& [name, e] : pending_) {
-    const bool cached = e->is_cached && HoldsBit(*e, name);
+  for (auto& [key, e] : pending_) {
+    const bool cached = e->is_cached && HoldsBit(*e, key.name);
     if (!cached && e->request.group_size > 1) full_groups.insert(e->request.group);
   }
   const bool anyone_joined = join_ != nullptr || peers_joined_;
-  for (auto& [name, e] : pending_) {
+  for (auto& [key, e] : pending_) {
     if (!e->is_cached) continue;
     const bool group_in_full = e->request.group_size > 1 && full_groups.count(e->request.group);
     const bool refused_while_joined =
         anyone_joined && e->request.op != OpType::kAllreduce && e->request.op != OpType::kBarrier;
     if (group_in_full || refused_while_joined) {
-      if (HoldsBit(*e, name)) invalidate(e->cache_bit);
+      if (HoldsBit(*e, key.name)) invalidate(e->cache_bit);
       e->is_cached = false;
     }
   }
 
   bool needs_full = join_ && !join_sent_;
   const auto stall_age = std::chrono::duration<double>(config_.stall_check_time_s / 2);
-  for (auto& [name, e] : pending_) {
+  for (auto& [key, e] : pending_) {
     if (e->is_cached) {
-      if (!HoldsBit(*e, name)) {
+      if (!HoldsBit(*e, key.name)) {
         e->is_cached = false;  // evicted since it was submitted
       } else if (!config_.stall_check_disable && now - e->enqueued_at > stall_age) {
         // Renegotiate in full so the coordinator can see (and report) which ranks are missing.
@@ -162,7 +162,7 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
   if (all_joined) {
     // The join completes in this round; this rank's cached tensors must reach the coordinator's
     // table first, or nobody would ever submit them again.
-    for (auto& [name, e] : pending_) e->is_cached = false;
+    for (auto& [key, e] : pending_) e->is_cached = false;
     exchange = true;
   }
 
@@ -173,7 +173,7 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
       invalid &= invalid - 1;
       if (!cache_.Has(bit)) continue;
       exchange = true;
-      auto it = pending_.find(cache_.Get(bit).name);
+      auto it = pending_.find(HashedName{cache_.Get(bit).name, cache_.NameHash(bit)});
       if (it != pending_.end()) it->second->is_cached = false;
       cache_.Erase(bit);
     }
@@ -191,11 +191,14 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
   }
 
   if (!exchange) {
-    ResponseList list;
-    list.responses.reserve(cached_ready_.size());
-    for (uint32_t bit : cached_ready_) list.responses.push_back(cache_.Get(bit));
+    // Only cached tensors: their batch items share the cache's responses.
+    out->ready.reserve(out->ready.size() + cached_ready_.size());
+    for (uint32_t bit : cached_ready_) {
+      cache_.Touch(bit);
+      AddReady(cache_.Shared(bit), cache_.NameHash(bit), out);
+    }
     *finished = true;
-    return OnResponses(std::move(list), out);
+    return Status::OK();
   }
 
   round_exchanged_ = true;
@@ -203,7 +206,7 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
   to_send_.rank = rank();
   to_send_.shutdown = shutdown_requested_;
   shutdown_sent_ = shutdown_requested_;
-  for (auto& [name, e] : pending_) {
+  for (auto& [key, e] : pending_) {
     if (!e->is_cached && !e->sent_full) {
       to_send_.requests.push_back(e->request);
       e->sent_full = true;
@@ -277,31 +280,36 @@ Status Controller::OnResponses(ResponseList&& list, RoundResult* out) {
   const bool tl = timeline_ && timeline_->active() && rank() == 0;
   out->ready.reserve(out->ready.size() + list.responses.size());
   for (size_t i = 0; i < list.responses.size(); ++i) {
-    Response& resp = list.responses[i];
+    auto resp = std::make_shared<const Response>(std::move(list.responses[i]));
     if (i < n_cached) {
       cache_.Touch(cached_ready_[i]);
     } else {
       cache_.Put(resp);
+      if (tl && resp->op != OpType::kJoin) timeline_->NegotiateEnd(resp->name);
     }
-    std::shared_ptr<TensorEntry> entry;
-    if (resp.op == OpType::kJoin) {
-      entry = std::move(join_);
-      join_sent_ = false;
-    } else {
-      auto it = pending_.find(resp.name);
-      if (it != pending_.end()) {
-        entry = std::move(it->second);
-        pending_.erase(it);
-      }
-      if (tl && i >= n_cached) timeline_->NegotiateEnd(resp.name);
-    }
-    out->ready.emplace_back(std::move(resp), std::move(entry));
+    const uint64_t name_hash = NameIndex::Hash(resp->name);
+    AddReady(std::move(resp), name_hash, out);
   }
   if (list.shutdown) {
     out->shutdown = true;
     out->shutdown_reason = list.shutdown_reason;
   }
   return Status::OK();
+}
+
+void Controller::AddReady(SharedResponse resp, uint64_t name_hash, RoundResult* out) {
+  std::shared_ptr<TensorEntry> entry;
+  if (resp->op == OpType::kJoin) {
+    entry = std::move(join_);
+    join_sent_ = false;
+  } else {
+    auto it = pending_.find(HashedName{resp->name, name_hash});
+    if (it != pending_.end()) {
+      entry = std::move(it->second);
+      pending_.erase(it);
+    }
+  }
+  out->ready.push_back(BatchItem{std::move(resp), std::move(entry)});
 }
 
 void Controller::Fail(const Status& status, RoundResult* out) {
@@ -405,7 +413,7 @@ void Controller::CheckStalls(Clock::time_point now) {
 std::vector<std::shared_ptr<TensorEntry>> Controller::TakeAllPending() {
   std::vector<std::shared_ptr<TensorEntry>> all = std::move(unsent_);
   unsent_.clear();
-  for (auto& [name, e] : pending_) all.push_back(std::move(e));
+  for (auto& [key, e] : pending_) all.push_back(std::move(e));
   pending_.clear();
   if (join_) all.push_back(std::move(join_));
   return all;

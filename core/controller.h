@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/batch.h"
 #include "core/config.h"
 #include "core/control_channel.h"
 #include "core/message_table.h"
@@ -31,7 +32,7 @@ class Timeline;
 struct RoundResult {
   // The agreed responses in execution order, each with this rank's entry (null when this rank
   // joined and contributes zeros, or for a response it had no part in).
-  std::vector<std::pair<Response, std::shared_ptr<TensorEntry>>> ready;
+  std::vector<BatchItem> ready;
   bool exchanged_requests = false;  // the round carried new requests (progress even if none ready)
   bool shutdown = false;            // the set (and the runtime) shuts down after `ready` runs
   std::string shutdown_reason;
@@ -92,6 +93,9 @@ class Controller {
   // The cache still gives e's bit to `name` (e was a hit, or its bit's slot is checked again).
   bool HoldsBit(const TensorEntry& e, std::string_view name) const;
   Status OnResponses(ResponseList&& list, RoundResult* out);  // moves the responses out
+  // Appends `resp` to out->ready with this rank's entry for it (taken from pending_ or join_).
+  // `name_hash`: NameIndex::Hash(resp->name).
+  void AddReady(SharedResponse resp, uint64_t name_hash, RoundResult* out);
   void CheckStalls(Clock::time_point now);
   void Fail(const Status& status, RoundResult* out);
 
@@ -106,7 +110,7 @@ class Controller {
   std::vector<std::shared_ptr<TensorEntry>> unsent_;  // submitted since the last round started
   // By name. A key views the name inside its own entry, which the map keeps alive and nobody
   // renames while it is pending.
-  std::unordered_map<std::string_view, std::shared_ptr<TensorEntry>> pending_;
+  std::unordered_map<HashedName, std::shared_ptr<TensorEntry>, HashedNameHash> pending_;
   std::shared_ptr<TensorEntry> join_;  // this rank's pending join, if any
   bool join_sent_ = false;
   bool peers_joined_ = false;  // the last round saw a joined rank

@@ -220,12 +220,12 @@ Status Executor::Execute(State& s, Batch& batch) {
   if (backend == nullptr) {
     return Status::UnknownError(
         fmt::format("no backend can run {} of {} on device {} (was the GPU backend built?)",
-                    OpTypeName(batch.op), batch.items.front().response.name, batch.device));
+                    OpTypeName(batch.op), batch.items.front().response->name, batch.device));
   }
   Timeline* tl = s.timeline.get();
   const bool trace = tl && tl->active();
   if (trace) {
-    for (auto& item : batch.items) tl->OpStart(item.response.name, batch.op);
+    for (auto& item : batch.items) tl->OpStart(item.response->name, batch.op);
   }
   Status status;
   try {
@@ -234,7 +234,7 @@ Status Executor::Execute(State& s, Batch& batch) {
     status = Status::UnknownError(fmt::format("{} failed: {}", OpTypeName(batch.op), e.what()));
   }
   if (trace) {
-    for (auto& item : batch.items) tl->OpEnd(item.response.name);
+    for (auto& item : batch.items) tl->OpEnd(item.response->name);
   }
   return status;
 }

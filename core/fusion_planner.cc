@@ -8,7 +8,7 @@ namespace {
 
 Batch SingleBatch(BatchItem item, int set_size) {
   Batch b;
-  const Response& r = item.response;
+  const Response& r = *item.response;
   b.op = r.op;
   b.dtype = r.dtype;
   b.device = r.device;
@@ -27,16 +27,14 @@ Batch SingleBatch(BatchItem item, int set_size) {
 
 }  // namespace
 
-std::vector<Batch> PlanBatches(std::vector<std::pair<Response, std::shared_ptr<TensorEntry>>> ready,
-                               const Config& config, int set_size) {
+std::vector<Batch> PlanBatches(std::vector<BatchItem> ready, const Config& config, int set_size) {
   std::vector<Batch> batches;
   // Open fused batches by key; a batch closes when the next tensor would pass the threshold.
   using Key = std::tuple<int, int, int, double, double, std::string>;
   std::map<Key, size_t> open;
   std::vector<int64_t> open_bytes;
-  for (auto& [resp, entry] : ready) {
-    BatchItem item{std::move(resp), std::move(entry)};
-    const Response& r = item.response;
+  for (BatchItem& item : ready) {
+    const Response& r = *item.response;
     const int64_t bytes = NumElements(r.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
     const bool fusible = r.error_code == StatusCode::kOk && r.op == OpType::kAllreduce &&
                          config.fusion_threshold_bytes > 0 && bytes < config.zero_copy_bytes &&

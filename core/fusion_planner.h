@@ -5,7 +5,6 @@
 #pragma once
 
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "core/batch.h"
@@ -13,7 +12,6 @@
 
 namespace hvdc {
 
-std::vector<Batch> PlanBatches(std::vector<std::pair<Response, std::shared_ptr<TensorEntry>>> ready,
-                               const Config& config, int set_size);
+std::vector<Batch> PlanBatches(std::vector<BatchItem> ready, const Config& config, int set_size);
 
 }  // namespace hvdc

@@ -45,4 +45,16 @@ class NameIndex {
   size_t size_ = 0;
 };
 
+// A name with its NameIndex::Hash, the key of the per-tensor maps (the queue's in-flight names,
+// the controller's pending tensors): a tensor's name is hashed once, not at every lookup.
+struct HashedName {
+  std::string_view name;
+  uint64_t hash;
+  bool operator==(const HashedName& o) const { return hash == o.hash && name == o.name; }
+};
+struct HashedNameHash {
+  size_t operator()(const HashedName& k) const { return static_cast<size_t>(k.hash); }
+};
+inline HashedName Hashed(std::string_view name) { return {name, NameIndex::Hash(name)}; }
+
 }  // namespace hvdc

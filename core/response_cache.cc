@@ -12,13 +12,14 @@ uint64_t ResponseCache::EntryHash(uint32_t bit, uint64_t name_hash) {
 
 uint32_t ResponseCache::FindBit(const std::string& name, uint64_t name_hash) const {
   return index_.Find(name, name_hash,
-                     [this](uint32_t b) -> const std::string& { return slots_[b].response.name; });
+                     [this](uint32_t b) -> const std::string& { return slots_[b].response->name; });
 }
 
-ResponseCache::Lookup ResponseCache::Find(const Request& q, int set_rank, uint32_t* bit) const {
-  const uint32_t found = FindBit(q.name, NameIndex::Hash(q.name));
+ResponseCache::Lookup ResponseCache::Find(const Request& q, uint64_t name_hash, int set_rank,
+                                          uint32_t* bit) const {
+  const uint32_t found = FindBit(q.name, name_hash);
   if (found == NameIndex::kNone) return Lookup::kMiss;
-  const Response& p = slots_[found].response;
+  const Response& p = *slots_[found].response;
   // Device kind only: with one GPU per rank the ordinals differ across ranks.
   bool same = p.op == q.op && p.dtype == q.dtype && (p.device < 0) == (q.device < 0) &&
               p.reduce_op == q.reduce_op && p.prescale == q.prescale &&
@@ -41,7 +42,8 @@ ResponseCache::Lookup ResponseCache::Find(const Request& q, int set_rank, uint32
   return same ? Lookup::kHit : Lookup::kMismatch;
 }
 
-void ResponseCache::Put(const Response& response) {
+void ResponseCache::Put(SharedResponse shared) {
+  const Response& response = *shared;
   if (capacity_ <= 0 || response.error_code != StatusCode::kOk) return;
   if (response.op == OpType::kJoin || response.op == OpType::kAlltoall) return;
   const uint64_t name_hash = NameIndex::Hash(response.name);
@@ -58,7 +60,7 @@ void ResponseCache::Put(const Response& response) {
       // A cycle of n tensors brings a name back n - capacity evictions later: remember up to
       // max_capacity_ names, enough for every cycle the cache may grow to hold.
       if (static_cast<int64_t>(evicted_.size()) >= max_capacity_) evicted_.clear();
-      evicted_.insert(slots_[bit].response.name);
+      evicted_.insert(slots_[bit].response->name);
     }
     Erase(bit);
   } else {
@@ -69,7 +71,7 @@ void ResponseCache::Put(const Response& response) {
   Slot& slot = slots_[bit];
   slot.used = true;
   slot.name_hash = name_hash;
-  slot.response = response;
+  slot.response = std::move(shared);
   lru_.push_front(bit);
   slot.lru = lru_.begin();
   index_.Insert(name_hash, bit);
@@ -90,7 +92,7 @@ void ResponseCache::Erase(uint32_t bit) {
   index_.Erase(slot.name_hash, bit);
   lru_.erase(slot.lru);
   slot.used = false;
-  slot.response = Response();
+  slot.response.reset();
 }
 
 }  // namespace hvdc

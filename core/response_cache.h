@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "core/batch.h"
 #include "core/message.h"
 #include "core/name_index.h"
 
@@ -32,10 +34,18 @@ class ResponseCache {
   enum class Lookup { kMiss, kHit, kMismatch };
   // kHit: `request` (from this set rank) matches the cached response for its name; kMismatch: the
   // name is cached with other parameters (the entry must be invalidated everywhere).
-  Lookup Find(const Request& request, int set_rank, uint32_t* bit) const;
+  Lookup Find(const Request& request, int set_rank, uint32_t* bit) const {
+    return Find(request, NameIndex::Hash(request.name), set_rank, bit);
+  }
+  // The same with the name's NameIndex::Hash already known.
+  Lookup Find(const Request& request, uint64_t name_hash, int set_rank, uint32_t* bit) const;
   // Caches a successful response (replacing the least recently used one when full, or growing).
-  void Put(const Response& response);
-  const Response& Get(uint32_t bit) const { return slots_[bit].response; }
+  void Put(SharedResponse response);
+  void Put(const Response& response) { Put(std::make_shared<const Response>(response)); }
+  const Response& Get(uint32_t bit) const { return *slots_[bit].response; }
+  // The cached response itself, for batch items (valid while Has(bit)).
+  const SharedResponse& Shared(uint32_t bit) const { return slots_[bit].response; }
+  uint64_t NameHash(uint32_t bit) const { return slots_[bit].name_hash; }
   bool Has(uint32_t bit) const { return bit < slots_.size() && slots_[bit].used; }
   void Touch(uint32_t bit);
   void Erase(uint32_t bit);
@@ -51,7 +61,7 @@ class ResponseCache {
   struct Slot {
     bool used = false;
     uint64_t name_hash = 0;  // NameIndex::Hash(response.name)
-    Response response;
+    SharedResponse response;
     std::list<uint32_t>::iterator lru;
   };
   static uint64_t EntryHash(uint32_t bit, uint64_t name_hash);

@@ -158,6 +158,7 @@ class Runtime {
   bool shutting_down_ = false;
   std::string shutdown_reason_;
   Clock::time_point shutdown_started_{};
+  std::vector<std::shared_ptr<TensorEntry>> drained_;  // a queue's drained entries (kept empty)
 
   std::mutex state_mu_;  // guards finished_, abandoned_ (with state_cv_)
   std::condition_variable state_cv_;

@@ -76,9 +76,10 @@ void Runtime::OnWake() {
     for (auto& sp : sets) {
       ProcessSet& st = *sp;
       Controller& c = *st.controller;
-      auto incoming = st.queue.Drain();
-      if (!incoming.empty() && !c.has_unsent()) st.first_unsent = now;
-      for (auto& e : incoming) c.Submit(std::move(e));
+      st.queue.DrainInto(&drained_);
+      if (!drained_.empty() && !c.has_unsent()) st.first_unsent = now;
+      for (auto& e : drained_) c.Submit(std::move(e));
+      drained_.clear();
       for (int k = 0; k < 8 && !st.closed; ++k) {
         if (!c.in_round()) {
           if (!ShouldStart(st, now, &wake_at)) break;

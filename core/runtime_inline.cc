@@ -29,11 +29,12 @@ bool Runtime::RunsInline(const ProcessSet& st,
 
 Status Runtime::RunInline(ProcessSet& st, std::vector<std::shared_ptr<TensorEntry>> entries) {
   HVDC_RETURN_IF_ERROR(st.queue.Claim(entries));
-  std::vector<std::pair<Response, std::shared_ptr<TensorEntry>>> ready;
+  std::vector<BatchItem> ready;
   ready.reserve(entries.size());
   for (auto& e : entries) {
-    Response r = MergeRequests(e->request.name, {e->request}, {true}, &st.ranks);
-    ready.emplace_back(std::move(r), std::move(e));
+    ready.push_back(BatchItem{std::make_shared<const Response>(
+                                  MergeRequests(e->request.name, {e->request}, {true}, &st.ranks)),
+                              std::move(e)});
   }
   std::vector<Batch> batches = PlanBatches(std::move(ready), config_, 1);
 
@@ -59,8 +60,9 @@ Status Runtime::RunInline(ProcessSet& st, std::vector<std::shared_ptr<TensorEntr
         }
       }
       if (backend == nullptr) {
-        status = Status::UnknownError(fmt::format("no backend can run {} of {} in host memory",
-                                                  OpTypeName(b.op), b.items.front().response.name));
+        status =
+            Status::UnknownError(fmt::format("no backend can run {} of {} in host memory",
+                                             OpTypeName(b.op), b.items.front().response->name));
       } else {
         try {
           status = backend->Execute(b, ctx);

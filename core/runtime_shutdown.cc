@@ -53,8 +53,8 @@ void Runtime::CloseSet(ProcessSet& st, const Status& why) {
     failed.error_code = why.code();
     failed.error_message = why.message();
     for (auto& e : pending) {
-      Response r;
-      r.name = e->request.name;
+      auto r = std::make_shared<Response>();
+      r->name = e->request.name;
       failed.items.push_back(BatchItem{std::move(r), std::move(e)});
     }
     std::vector<Batch> batches;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/message.h"
+#include "core/name_index.h"
 #include "core/status.h"
 
 namespace hvdc {
@@ -54,6 +55,13 @@ struct TensorEntry {
   Completion* completion = nullptr;
   std::shared_ptr<Completion> group_completion;
   std::chrono::steady_clock::time_point enqueued_at;
+  // NameIndex::Hash(request.name); 0 until the queue (or the controller) computes it. Recomputing
+  // gives the same value, so a hash that happens to be 0 costs only a second computation.
+  uint64_t name_hash = 0;
+  HashedName hashed_name() {
+    if (name_hash == 0) name_hash = NameIndex::Hash(request.name);
+    return {request.name, name_hash};
+  }
 
   // Set by the control thread.
   bool sent_full = false;  // the coordinator holds this tensor's full request

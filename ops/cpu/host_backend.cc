@@ -28,12 +28,12 @@ class Activity {
   Activity(ExecutionContext& ctx, const Batch& batch, const char* name) : batch_(batch) {
     if (ctx.timeline && ctx.timeline->active()) {
       tl_ = ctx.timeline;
-      for (auto& item : batch.items) tl_->ActivityStart(item.response.name, name);
+      for (auto& item : batch.items) tl_->ActivityStart(item.response->name, name);
     }
   }
   ~Activity() {
     if (tl_) {
-      for (auto& item : batch_.items) tl_->ActivityEnd(item.response.name);
+      for (auto& item : batch_.items) tl_->ActivityEnd(item.response->name);
     }
   }
 
@@ -75,7 +75,7 @@ class HostBackend : public Backend {
       case OpType::kJoin:
         for (auto& item : batch.items) {
           if (item.entry && item.entry->join_last_rank) {
-            *item.entry->join_last_rank = item.response.last_joined_rank;
+            *item.entry->join_last_rank = item.response->last_joined_rank;
           }
         }
         return Status::OK();
@@ -108,7 +108,7 @@ class HostBackend : public Backend {
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     Activity act(ctx, b, "MPI_ALLREDUCE");
     for (auto& item : b.items) {
-      const int64_t count = NumElements(item.response.shape);
+      const int64_t count = NumElements(item.response->shape);
       if (item.entry) {
         HVDC_RETURN_IF_ERROR(ChunkedAllreduce(ctx, b,
                                               static_cast<const uint8_t*>(item.entry->input),
@@ -129,14 +129,14 @@ class HostBackend : public Backend {
     int64_t total = 0;
     for (auto& item : b.items) {
       offsets.push_back(total);
-      total += (NumElements(item.response.shape) * esize + 63) / 64 * 64;
+      total += (NumElements(item.response->shape) * esize + 63) / 64 * 64;
     }
     uint8_t* buf = ctx.buffer->Reserve(total);
     {
       Activity act(ctx, b, "MEMCPY_IN_FUSION_BUFFER");
       for (size_t i = 0; i < b.items.size(); ++i) {
         auto& item = b.items[i];
-        const int64_t n = NumElements(item.response.shape);
+        const int64_t n = NumElements(item.response->shape);
         const int64_t padded = (n * esize + 63) / 64 * 64;
         if (n == 0) continue;
         if (item.entry) {
@@ -157,8 +157,8 @@ class HostBackend : public Backend {
     Activity act(ctx, b, "MEMCPY_OUT_FUSION_BUFFER");
     for (size_t i = 0; i < b.items.size(); ++i) {
       auto& item = b.items[i];
-      if (!item.entry || NumElements(item.response.shape) == 0) continue;
-      cpu::ScaleCopy(item.entry->output, buf + offsets[i], NumElements(item.response.shape),
+      if (!item.entry || NumElements(item.response->shape) == 0) continue;
+      cpu::ScaleCopy(item.entry->output, buf + offsets[i], NumElements(item.response->shape),
                      b.dtype, b.postscale);
     }
     return Status::OK();
@@ -168,7 +168,7 @@ class HostBackend : public Backend {
     Activity act(ctx, b, "MPI_ALLGATHER");
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     for (auto& item : b.items) {
-      const Response& r = item.response;
+      const Response& r = *item.response;
       const int64_t row_bytes = RowElements(r.shape) * esize;
       std::vector<int64_t> recv_bytes;
       int64_t rows = 0;
@@ -196,12 +196,12 @@ class HostBackend : public Backend {
     Activity act(ctx, b, "MPI_BCAST");
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     for (auto& item : b.items) {
-      const int64_t bytes = NumElements(item.response.shape) * esize;
+      const int64_t bytes = NumElements(item.response->shape) * esize;
       TensorEntry& e = *item.entry;
-      if (ctx.comm->rank() == item.response.root_rank && e.input != e.output && bytes > 0) {
+      if (ctx.comm->rank() == item.response->root_rank && e.input != e.output && bytes > 0) {
         std::memcpy(e.output, e.input, static_cast<size_t>(bytes));
       }
-      HVDC_RETURN_IF_ERROR(ctx.comm->Broadcast(e.output, bytes, item.response.root_rank));
+      HVDC_RETURN_IF_ERROR(ctx.comm->Broadcast(e.output, bytes, item.response->root_rank));
     }
     return Status::OK();
   }
@@ -212,7 +212,7 @@ class HostBackend : public Backend {
     const int n = ctx.comm->size();
     const int me = ctx.comm->rank();
     for (auto& item : b.items) {
-      const Response& r = item.response;
+      const Response& r = *item.response;
       const int64_t row_bytes = RowElements(r.shape) * esize;
       std::vector<int64_t> send_bytes(n), recv_bytes(n);
       int64_t rows = 0;
@@ -243,7 +243,7 @@ class HostBackend : public Backend {
     const int n = ctx.comm->size();
     const int me = ctx.comm->rank();
     for (auto& item : b.items) {
-      const Response& r = item.response;
+      const Response& r = *item.response;
       const int64_t dim0 = r.shape.empty() ? 1 : r.shape[0];
       const int64_t row = RowElements(r.shape);
       std::vector<int64_t> counts(n);

@@ -141,7 +141,7 @@ class NcclBackend : public Backend {
         return Status::InvalidArgument(
             fmt::format("NCCL {}: tensor '{}' has no local entry (joined ranks take part in "
                         "allreduce only)",
-                        OpTypeName(batch.op), item.response.name));
+                        OpTypeName(batch.op), item.response->name));
       }
     }
     // A failure here leaves the other members' collective waiting: the stall limits end that.
@@ -193,7 +193,7 @@ class NcclBackend : public Backend {
       return Status::InvalidArgument(fmt::format(
           "NCCL {} of '{}': the process set's communicator is on device {}, the tensor on device "
           "{} (one device per process and set)",
-          OpTypeName(batch.op), batch.items.front().response.name, st->device(), batch.device));
+          OpTypeName(batch.op), batch.items.front().response->name, st->device(), batch.device));
     }
     *out = st;
     return Status::OK();
@@ -208,7 +208,7 @@ class NcclBackend : public Backend {
     int64_t total = 0;
     for (auto& item : b.items) {
       offsets.push_back(total);
-      total += AlignUp(NumElements(item.response.shape) * esize);
+      total += AlignUp(NumElements(item.response->shape) * esize);
     }
     if (total == 0) return Status::OK();
     uint8_t* buf = nullptr;
@@ -217,7 +217,7 @@ class NcclBackend : public Backend {
     std::vector<cuda::CopySegment> out;
     for (size_t i = 0; i < b.items.size(); ++i) {
       const auto& item = b.items[i];
-      const int64_t bytes = NumElements(item.response.shape) * esize;
+      const int64_t bytes = NumElements(item.response->shape) * esize;
       if (bytes == 0) continue;
       if (!item.entry) {
         HVDC_CUDA_RETURN(
@@ -252,7 +252,7 @@ class NcclBackend : public Backend {
     // Joined ranks reduce zeros from scratch memory, one slot per tensor.
     int64_t zero_bytes = 0;
     for (auto& item : b.items) {
-      if (!item.entry) zero_bytes += AlignUp(NumElements(item.response.shape) * esize);
+      if (!item.entry) zero_bytes += AlignUp(NumElements(item.response->shape) * esize);
     }
     uint8_t* zeros = nullptr;
     if (zero_bytes > 0) {
@@ -269,7 +269,7 @@ class NcclBackend : public Backend {
     std::vector<cuda::CopySegment> post;
     int64_t zero_at = 0;
     for (auto& item : b.items) {
-      const int64_t count = NumElements(item.response.shape);
+      const int64_t count = NumElements(item.response->shape);
       if (count == 0) continue;
       if (!item.entry) {
         calls.push_back({zeros + zero_at, zeros + zero_at, count});
@@ -306,7 +306,7 @@ class NcclBackend : public Backend {
   static Status Allgather(Batch& b, NcclSetState& st) {
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     for (auto& item : b.items) {
-      const Response& r = item.response;
+      const Response& r = *item.response;
       const int64_t row_bytes = RowElements(r.shape) * esize;
       int64_t rows = 0;
       bool even = true;
@@ -355,11 +355,11 @@ class NcclBackend : public Backend {
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     NcclGroup group(st.comm());
     for (auto& item : b.items) {
-      const int64_t bytes = NumElements(item.response.shape) * esize;
+      const int64_t bytes = NumElements(item.response->shape) * esize;
       if (bytes == 0) continue;
       HVDC_NCCL_RETURN(
           ncclBroadcast(item.entry->input, item.entry->output, static_cast<size_t>(bytes),
-                        ncclUint8, item.response.root_rank, st.comm(), st.stream()),
+                        ncclUint8, item.response->root_rank, st.comm(), st.stream()),
           st.comm());
     }
     return group.Close();
@@ -372,7 +372,7 @@ class NcclBackend : public Backend {
     HVDC_NCCL_RETURN(ncclCommCount(st.comm(), &n), st.comm());
     HVDC_NCCL_RETURN(ncclCommUserRank(st.comm(), &me), st.comm());
     for (auto& item : b.items) {
-      const Response& r = item.response;
+      const Response& r = *item.response;
       const int64_t row_bytes = RowElements(r.shape) * esize;
       std::vector<int64_t> send_bytes(n), recv_bytes(n);
       int64_t rows = 0;
@@ -439,7 +439,7 @@ class NcclBackend : public Backend {
     HVDC_NCCL_RETURN(ncclCommCount(st.comm(), &n), st.comm());
     HVDC_NCCL_RETURN(ncclCommUserRank(st.comm(), &me), st.comm());
     for (auto& item : b.items) {
-      const Response& r = item.response;
+      const Response& r = *item.response;
       const int64_t dim0 = r.shape.empty() ? 1 : r.shape[0];
       const int64_t row = RowElements(r.shape);
       std::vector<int64_t> counts(n);

@@ -17,7 +17,7 @@ constexpr std::chrono::seconds kShutdownGrace{10};
 std::string Describe(const Batch& batch) {
   if (batch.items.empty()) return OpTypeName(batch.op);
   std::string s =
-      fmt::format("{} of '{}'", OpTypeName(batch.op), batch.items.front().response.name);
+      fmt::format("{} of '{}'", OpTypeName(batch.op), batch.items.front().response->name);
   if (batch.items.size() > 1) s += fmt::format(" (+{} more)", batch.items.size() - 1);
   return s;
 }
@@ -143,7 +143,8 @@ Status NcclSetState::WaitForInputs(const Batch& batch) {
     const cudaError_t err = cudaStreamWaitEvent(stream_, event, 0);
     if (err != cudaSuccess) {
       return CudaStatus(
-          err, fmt::format("cudaStreamWaitEvent(ready_event of '{}')", item.response.name).c_str());
+          err,
+          fmt::format("cudaStreamWaitEvent(ready_event of '{}')", item.response->name).c_str());
     }
   }
   return Status::OK();

@@ -122,7 +122,9 @@ Batch DeviceBatch(std::vector<std::shared_ptr<TensorEntry>> entries) {
   b.device = 0;
   for (auto& e : entries) {
     BatchItem item;
-    item.response.name = e->request.name;
+    auto response = std::make_shared<Response>();
+    response->name = e->request.name;
+    item.response = std::move(response);
     item.entry = std::move(e);
     b.items.push_back(std::move(item));
   }

@@ -95,7 +95,7 @@ Request Allreduce(const std::string& name, int64_t count) {
 
 std::vector<std::string> ReadyNames(const RoundResult& res) {
   std::vector<std::string> names;
-  for (const auto& [resp, entry] : res.ready) names.push_back(resp.name);
+  for (const BatchItem& item : res.ready) names.push_back(item.response->name);
   return names;
 }
 
@@ -123,7 +123,8 @@ TEST_P(ControllerRounds, EveryRankGetsTheSameResponsesInTheSameOrder) {
         ASSERT_TRUE(rc.Round(&res)) << "rank " << r << " round " << round;
         EXPECT_FALSE(res.shutdown) << res.shutdown_reason;
         ASSERT_EQ(res.ready.size(), static_cast<size_t>(kTensors)) << "rank " << r;
-        for (const auto& [resp, entry] : res.ready) {
+        for (const auto& [shared, entry] : res.ready) {
+          const Response& resp = *shared;
           EXPECT_EQ(resp.error_code, StatusCode::kOk) << resp.error_message;
           EXPECT_EQ(entry, mine.at(resp.name)) << "this rank's own entry";
           EXPECT_EQ(resp.shape, mine.at(resp.name)->request.shape);
@@ -185,8 +186,8 @@ TEST_P(ControllerRounds, MismatchedShapesFailTheTensorOnEveryRank) {
     RoundResult res;
     ASSERT_TRUE(rc.Round(&res));
     ASSERT_EQ(res.ready.size(), 1u);
-    const Response& resp = res.ready[0].first;
-    EXPECT_EQ(res.ready[0].second, entry);
+    const Response& resp = *res.ready[0].response;
+    EXPECT_EQ(res.ready[0].entry, entry);
     EXPECT_EQ(resp.error_code, StatusCode::kPreconditionError);
     EXPECT_NE(resp.error_message.find("rank " + std::to_string(n - 1) + " has [5]"),
               std::string::npos)

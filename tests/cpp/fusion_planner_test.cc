@@ -14,7 +14,7 @@
 namespace hvdc {
 namespace {
 
-using Ready = std::vector<std::pair<Response, std::shared_ptr<TensorEntry>>>;
+using Ready = std::vector<BatchItem>;
 
 int64_t Padded(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
@@ -36,7 +36,7 @@ Ready WithEntries(const std::vector<Response>& responses) {
   for (const Response& r : responses) {
     auto e = std::make_shared<TensorEntry>();
     e->request.name = r.name;
-    ready.emplace_back(r, std::move(e));
+    ready.push_back(BatchItem{std::make_shared<const Response>(r), std::move(e)});
   }
   return ready;
 }
@@ -52,7 +52,7 @@ std::vector<std::vector<std::string>> Names(const std::vector<Batch>& batches) {
   std::vector<std::vector<std::string>> out;
   for (const Batch& b : batches) {
     out.emplace_back();
-    for (const BatchItem& i : b.items) out.back().push_back(i.response.name);
+    for (const BatchItem& i : b.items) out.back().push_back(i.response->name);
   }
   return out;
 }
@@ -70,7 +70,7 @@ void CheckInvariants(const std::vector<Response>& in, const std::vector<Batch>& 
     const Batch& batch = batches[b];
     ASSERT_FALSE(batch.items.empty());
     total += batch.items.size();
-    const size_t first = position.at(batch.items.front().response.name);
+    const size_t first = position.at(batch.items.front().response->name);
     if (b > 0) {
       EXPECT_GT(first, last_first) << "batches are ordered by their first member";
     }
@@ -79,21 +79,21 @@ void CheckInvariants(const std::vector<Response>& in, const std::vector<Batch>& 
     for (size_t i = 0; i < batch.items.size(); ++i) {
       const BatchItem& item = batch.items[i];
       ASSERT_NE(item.entry, nullptr);
-      EXPECT_EQ(item.entry->request.name, item.response.name) << "the entry travels with it";
+      EXPECT_EQ(item.entry->request.name, item.response->name) << "the entry travels with it";
       if (i > 0) {
-        EXPECT_GT(position.at(item.response.name), position.at(batch.items[i - 1].response.name));
+        EXPECT_GT(position.at(item.response->name), position.at(batch.items[i - 1].response->name));
       }
-      EXPECT_EQ(item.response.dtype, batch.dtype);
-      EXPECT_EQ(item.response.device, batch.device);
-      EXPECT_EQ(item.response.op, batch.op);
-      padded += Padded(Bytes(item.response));
+      EXPECT_EQ(item.response->dtype, batch.dtype);
+      EXPECT_EQ(item.response->device, batch.device);
+      EXPECT_EQ(item.response->op, batch.op);
+      padded += Padded(Bytes(*item.response));
     }
     if (batch.fused) {
       EXPECT_EQ(batch.op, OpType::kAllreduce);
       if (batch.items.size() > 1) {
         EXPECT_LE(padded, config.fusion_threshold_bytes) << "batch " << b;
       } else {
-        EXPECT_LE(Bytes(batch.items[0].response), config.fusion_threshold_bytes) << "batch " << b;
+        EXPECT_LE(Bytes(*batch.items[0].response), config.fusion_threshold_bytes) << "batch " << b;
       }
     } else {
       EXPECT_EQ(batch.items.size(), 1u) << "batch " << b;
@@ -297,7 +297,7 @@ TEST(FusionPlanner, OtherOpsAndErrorsRunAlone) {
   EXPECT_EQ(Names(batches)[0], (std::vector<std::string>{"a0", "a1"}));
   for (size_t b = 1; b < batches.size(); ++b) EXPECT_FALSE(batches[b].fused);
   const Batch& err = batches.back();
-  EXPECT_EQ(err.items[0].response.name, "bad");
+  EXPECT_EQ(err.items[0].response->name, "bad");
   EXPECT_EQ(err.error_code, bad.error_code);
   EXPECT_EQ(err.error_message, bad.error_message);
 }
@@ -337,8 +337,9 @@ TEST(FusionPlanner, GroupsAndDisableGroupFusion) {
 // A joined rank has no entry for some items: they are planned like any other.
 TEST(FusionPlanner, ItemsWithoutAnEntryArePlannedToo) {
   Ready ready;
-  ready.emplace_back(Allreduce("mine", 4), std::make_shared<TensorEntry>());
-  ready.emplace_back(Allreduce("zeros", 4), nullptr);
+  ready.push_back(BatchItem{std::make_shared<const Response>(Allreduce("mine", 4)),
+                            std::make_shared<TensorEntry>()});
+  ready.push_back(BatchItem{std::make_shared<const Response>(Allreduce("zeros", 4)), nullptr});
   const auto batches = PlanBatches(std::move(ready), Settings(4096), 2);
   ASSERT_EQ(batches.size(), 1u);
   ASSERT_EQ(batches[0].items.size(), 2u);

@@ -112,8 +112,8 @@ TEST(TensorQueue, ABatchReleasesEveryNameOfItsItems) {
   auto entries = Entries({"p", "q", "r"});
   ASSERT_TRUE(q.Push(entries).ok());
   std::vector<BatchItem> items;
-  for (auto& e : q.Drain()) items.push_back(BatchItem{Response(), e});
-  items.push_back(BatchItem{Response(), nullptr});
+  for (auto& e : q.Drain()) items.push_back(BatchItem{std::make_shared<Response>(), e});
+  items.push_back(BatchItem{std::make_shared<Response>(), nullptr});
   ASSERT_EQ(items.size(), 4u);
   items.erase(items.begin() + 1);  // "q" is not in this batch: it stays in flight
   q.Release(items);

@@ -1,0 +1,76 @@
+// EntrySet (core/entry_set.h): inserts, lookups and erases against a std::map model, with slots
+// freed and reused, and the entries kept alive while they are in the set.
+#include "core/entry_set.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+namespace hvdc {
+namespace {
+
+std::shared_ptr<TensorEntry> Entry(const std::string& name) {
+  auto e = std::make_shared<TensorEntry>();
+  e->request.name = name;
+  return e;
+}
+
+TEST(EntrySet, InsertFindErase) {
+  EntrySet set;
+  EXPECT_FALSE(set.Contains(Hashed("a")));
+  EXPECT_FALSE(set.Erase(Hashed("a")));
+  EXPECT_TRUE(set.Insert(Entry("a")));
+  EXPECT_TRUE(set.Insert(Entry("b")));
+  EXPECT_FALSE(set.Insert(Entry("a"))) << "a second entry of the same name";
+  EXPECT_EQ(set.size(), 2u);
+  EXPECT_TRUE(set.Contains(Hashed("a")));
+  EXPECT_TRUE(set.Erase(Hashed("a")));
+  EXPECT_FALSE(set.Contains(Hashed("a")));
+  EXPECT_FALSE(set.Erase(Hashed("a"))) << "erased twice";
+  EXPECT_TRUE(set.Contains(Hashed("b")));
+  EXPECT_TRUE(set.Insert(Entry("a"))) << "the name may come back";
+  EXPECT_EQ(set.size(), 2u);
+}
+
+TEST(EntrySet, KeepsItsEntriesAlive) {
+  EntrySet set;
+  std::weak_ptr<TensorEntry> watch;
+  {
+    auto e = Entry(std::string(100, 'x'));  // a name on the heap
+    watch = e;
+    ASSERT_TRUE(set.Insert(std::move(e)));
+  }
+  EXPECT_FALSE(watch.expired());
+  EXPECT_TRUE(set.Contains(Hashed(std::string(100, 'x'))));
+  EXPECT_TRUE(set.Erase(Hashed(std::string(100, 'x'))));
+  EXPECT_TRUE(watch.expired()) << "an erased entry is let go";
+}
+
+TEST(EntrySet, MatchesAMapModel) {
+  EntrySet set;
+  std::map<std::string, bool> model;  // name -> in the set
+  std::mt19937 rng(7);
+  for (int step = 0; step < 20000; ++step) {
+    const std::string name = "t" + std::to_string(rng() % 300);
+    switch (rng() % 3) {
+      case 0:
+        EXPECT_EQ(set.Insert(Entry(name)), !model[name]) << name;
+        model[name] = true;
+        break;
+      case 1:
+        EXPECT_EQ(set.Erase(Hashed(name)), model[name]) << name;
+        model[name] = false;
+        break;
+      default:
+        EXPECT_EQ(set.Contains(Hashed(name)), model[name]) << name;
+    }
+  }
+  size_t in = 0;
+  for (auto& [name, present] : model) in += present;
+  EXPECT_EQ(set.size(), in);
+}
+
+}  // namespace
+}  // namespace hvdc
