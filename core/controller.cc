@@ -65,11 +65,7 @@ void Controller::BuildBits(Clock::time_point now) {
     e->cache_bit = bit;
     e->cache_version = cache_.version();
     if (found == ResponseCache::Lookup::kMismatch) invalidate(bit);
-    auto [it, inserted] = pending_.try_emplace(e->hashed_name(), e);
-    if (!inserted) {  // (names are unique in flight) the key must view the new entry's name
-      pending_.erase(it);
-      pending_.emplace(e->hashed_name(), e);
-    }
+    pending_.Put(e);
   }
   unsent_.clear();
 
@@ -78,27 +74,27 @@ void Controller::BuildBits(Clock::time_point now) {
   // rank has joined, cached collectives other than allreduce and barrier go in full too, so the
   // coordinator can fail them ("not supported while a rank has joined").
   std::unordered_set<std::string> full_groups;
-  for (auto& [key, e] : pending_) {
-    const bool cached = e->is_cached && HoldsBit(*e, key.name);
+  for (auto& e : pending_.entries()) {
+    const bool cached = e->is_cached && HoldsBit(*e, e->request.name);
     if (!cached && e->request.group_size > 1) full_groups.insert(e->request.group);
   }
   const bool anyone_joined = join_ != nullptr || peers_joined_;
-  for (auto& [key, e] : pending_) {
+  for (auto& e : pending_.entries()) {
     if (!e->is_cached) continue;
     const bool group_in_full = e->request.group_size > 1 && full_groups.count(e->request.group);
     const bool refused_while_joined =
         anyone_joined && e->request.op != OpType::kAllreduce && e->request.op != OpType::kBarrier;
     if (group_in_full || refused_while_joined) {
-      if (HoldsBit(*e, key.name)) invalidate(e->cache_bit);
+      if (HoldsBit(*e, e->request.name)) invalidate(e->cache_bit);
       e->is_cached = false;
     }
   }
 
   bool needs_full = join_ && !join_sent_;
   const auto stall_age = std::chrono::duration<double>(config_.stall_check_time_s / 2);
-  for (auto& [key, e] : pending_) {
+  for (auto& e : pending_.entries()) {
     if (e->is_cached) {
-      if (!HoldsBit(*e, key.name)) {
+      if (!HoldsBit(*e, e->request.name)) {
         e->is_cached = false;  // evicted since it was submitted
       } else if (!config_.stall_check_disable && now - e->enqueued_at > stall_age) {
         // Renegotiate in full so the coordinator can see (and report) which ranks are missing.
@@ -162,7 +158,7 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
   if (all_joined) {
     // The join completes in this round; this rank's cached tensors must reach the coordinator's
     // table first, or nobody would ever submit them again.
-    for (auto& [key, e] : pending_) e->is_cached = false;
+    for (auto& e : pending_.entries()) e->is_cached = false;
     exchange = true;
   }
 
@@ -173,8 +169,8 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
       invalid &= invalid - 1;
       if (!cache_.Has(bit)) continue;
       exchange = true;
-      auto it = pending_.find(HashedName{cache_.Get(bit).name, cache_.NameHash(bit)});
-      if (it != pending_.end()) it->second->is_cached = false;
+      TensorEntry* e = pending_.Find(HashedName{cache_.Get(bit).name, cache_.NameHash(bit)});
+      if (e != nullptr) e->is_cached = false;
       cache_.Erase(bit);
     }
   }
@@ -206,7 +202,7 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
   to_send_.rank = rank();
   to_send_.shutdown = shutdown_requested_;
   shutdown_sent_ = shutdown_requested_;
-  for (auto& [key, e] : pending_) {
+  for (auto& e : pending_.entries()) {
     if (!e->is_cached && !e->sent_full) {
       to_send_.requests.push_back(e->request);
       e->sent_full = true;
@@ -303,11 +299,7 @@ void Controller::AddReady(SharedResponse resp, uint64_t name_hash, RoundResult* 
     entry = std::move(join_);
     join_sent_ = false;
   } else {
-    auto it = pending_.find(HashedName{resp->name, name_hash});
-    if (it != pending_.end()) {
-      entry = std::move(it->second);
-      pending_.erase(it);
-    }
+    entry = pending_.Take(HashedName{resp->name, name_hash});
   }
   out->ready.push_back(BatchItem{std::move(resp), std::move(entry)});
 }
@@ -413,8 +405,7 @@ void Controller::CheckStalls(Clock::time_point now) {
 std::vector<std::shared_ptr<TensorEntry>> Controller::TakeAllPending() {
   std::vector<std::shared_ptr<TensorEntry>> all = std::move(unsent_);
   unsent_.clear();
-  for (auto& [key, e] : pending_) all.push_back(std::move(e));
-  pending_.clear();
+  for (auto& e : pending_.TakeAll()) all.push_back(std::move(e));
   if (join_) all.push_back(std::move(join_));
   return all;
 }

@@ -15,12 +15,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "core/batch.h"
 #include "core/config.h"
 #include "core/control_channel.h"
+#include "core/entry_set.h"
 #include "core/message_table.h"
 #include "core/response_cache.h"
 #include "core/tensor_entry.h"
@@ -108,9 +108,8 @@ class Controller {
   std::unique_ptr<MessageTable> table_;  // coordinator only
 
   std::vector<std::shared_ptr<TensorEntry>> unsent_;  // submitted since the last round started
-  // By name. A key views the name inside its own entry, which the map keeps alive and nobody
-  // renames while it is pending.
-  std::unordered_map<HashedName, std::shared_ptr<TensorEntry>, HashedNameHash> pending_;
+  // By name (nobody renames an entry while it is pending).
+  EntrySet pending_;
   std::shared_ptr<TensorEntry> join_;  // this rank's pending join, if any
   bool join_sent_ = false;
   bool peers_joined_ = false;  // the last round saw a joined rank
