@@ -64,7 +64,7 @@ void ResponseCache::Put(SharedResponse shared) {
     }
     Erase(bit);
   } else {
-    bit = 0;
+    bit = first_free_;
     while (bit < slots_.size() && slots_[bit].used) ++bit;
   }
   if (bit >= slots_.size()) slots_.resize(bit + 1);
@@ -72,6 +72,7 @@ void ResponseCache::Put(SharedResponse shared) {
   slot.used = true;
   slot.name_hash = name_hash;
   slot.response = std::move(shared);
+  if (bit == first_free_) first_free_ = bit + 1;
   lru_.push_front(bit);
   slot.lru = lru_.begin();
   index_.Insert(name_hash, bit);
@@ -93,6 +94,7 @@ void ResponseCache::Erase(uint32_t bit) {
   lru_.erase(slot.lru);
   slot.used = false;
   slot.response.reset();
+  first_free_ = std::min(first_free_, bit);
 }
 
 }  // namespace hvdc

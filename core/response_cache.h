@@ -73,6 +73,9 @@ class ResponseCache {
   std::unordered_set<std::string> evicted_;  // evicted for room since the last growth
   NameIndex index_;                          // name -> bit of the used slots
   std::list<uint32_t> lru_;                  // front = most recently used
+  // Every slot below it is used: a put takes the lowest free bit without walking the used ones
+  // (a first step of n new tensors walked n^2 / 2 slots).
+  uint32_t first_free_ = 0;
   uint64_t hash_ = 0;
   uint64_t version_ = 1;
 };

@@ -160,6 +160,37 @@ TEST(ResponseCache, EraseFreesTheBitForTheNextPut) {
   EXPECT_TRUE(Cached(c, "c"));
 }
 
+// Free bits are reused lowest first, whatever order they were freed in (every rank must pick the
+// same bit; the put keeps a lower bound on the first free slot instead of walking the used ones).
+TEST(ResponseCache, PutTakesTheLowestFreeBit) {
+  ResponseCache c(8);
+  for (int i = 0; i < 8; ++i) c.Put(Resp("t" + std::to_string(i)));
+  std::vector<uint32_t> bits(8);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(Find(c, ReqFor(Resp("t" + std::to_string(i))), &bits[i]),
+              ResponseCache::Lookup::kHit);
+  }
+  std::set<uint32_t> freed;
+  for (int i : {5, 1, 6}) {
+    c.Erase(bits[i]);
+    freed.insert(bits[i]);
+  }
+  for (const char* name : {"x", "y", "z"}) {
+    c.Put(Resp(name));
+    uint32_t bit = 0;
+    ASSERT_EQ(Find(c, ReqFor(Resp(name)), &bit), ResponseCache::Lookup::kHit);
+    EXPECT_EQ(bit, *freed.begin()) << name;
+    freed.erase(freed.begin());
+  }
+  for (int i : {0, 2, 3, 4, 7}) EXPECT_TRUE(Cached(c, "t" + std::to_string(i))) << i;
+  // Full again: the next put evicts the least recently used (t0) and takes its bit.
+  c.Put(Resp("w"));
+  uint32_t w_bit = 0;
+  ASSERT_EQ(Find(c, ReqFor(Resp("w")), &w_bit), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(w_bit, bits[0]);
+  EXPECT_FALSE(Cached(c, "t0"));
+}
+
 // The controller trusts a lookup made at the current version(): it must change with every change
 // of which name holds which bit, and only then.
 TEST(ResponseCache, VersionChangesExactlyWhenABitChangesHands) {
