@@ -10,14 +10,10 @@
 #include <set>
 #include <string>
 
+#include "tests/cpp/test_entries.h"
+
 namespace hvdc {
 namespace {
-
-std::shared_ptr<TensorEntry> Entry(const std::string& name) {
-  auto e = std::make_shared<TensorEntry>();
-  e->request.name = name;
-  return e;
-}
 
 TEST(EntrySet, InsertFindErase) {
   EntrySet set;

@@ -13,14 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cpp/test_entries.h"
+
 namespace hvdc {
 namespace {
-
-std::shared_ptr<TensorEntry> Entry(const std::string& name) {
-  auto e = std::make_shared<TensorEntry>();
-  e->request.name = name;
-  return e;
-}
 
 std::vector<std::shared_ptr<TensorEntry>> Entries(const std::vector<std::string>& names) {
   std::vector<std::shared_ptr<TensorEntry>> v;
