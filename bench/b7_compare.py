@@ -50,6 +50,22 @@ ROWS: List[Tuple[str, Callable[[Dict[str, Any]], Optional[float]]]] = [
     ("ResNet-50 per-tensor / B1 (goal <= 1.1)",
      lambda r: _dig(r, "ratios", "resnet_per_tensor_over_core_b1")),
     ("ResNet-50 tape / B1 (goal <= 1.1)", lambda r: _dig(r, "ratios", "resnet_tape_over_core_b1")),
+    ("core in process (C API) ResNet-50 ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline", "core C API per tensor (in process)")),
+    ("core in process (C API) ResNet-50 out of place ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline",
+        "core C API per tensor, out of place (in process)")),
+    ("core in process (C API) ResNet-50 average ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline",
+        "core C API per tensor, average (in process)")),
+    ("ResNet-50 grouped / core in process out of place",
+     lambda r: _dig(r, "ratios", "resnet_grouped_over_core_in_process_out_of_place")),
+    ("ResNet-50 per-tensor / core in process out of place",
+     lambda r: _dig(r, "ratios", "resnet_per_tensor_over_core_in_process_out_of_place")),
+    ("ResNet-50 tape / core in process average",
+     lambda r: _dig(r, "ratios", "resnet_tape_over_core_in_process_average")),
+    ("core in process out of place / in place",
+     lambda r: _dig(r, "ratios", "core_in_process_out_of_place_over_in_place")),
     ("mpi4py ResNet-50 chunked ms", lambda r: _dig(
         r, "tf_np2", "resnet", "ms_per_set_beyond_baseline", "mpi4py chunked (best)")),
 ]

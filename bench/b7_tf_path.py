@@ -176,10 +176,19 @@ def _tape_steps(tf: Any, hvd: Any, rank: int, counts: List[int]) -> Dict[str, Ca
             "tf.GradientTape step (no runtime)": make(False)}
 
 
+# The core driven through its C API in this process, in the same rounds as the TF variants.
+CORE_IN_PROCESS = "core C API per tensor (in process)"
+CORE_IN_PROCESS_AVG = "core C API per tensor, average (in process)"  # the tape's reference
+# Into separate outputs, as the tf.functions' ops must (their inputs are the caller's tensors).
+CORE_IN_PROCESS_OOP = "core C API per tensor, out of place (in process)"
+
+
 def resnet_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps: int,
                 chunk_reps: int) -> Dict[str, Any]:
     """The ResNet-50 gradient set: tf.functions and tape steps, ms per set beyond the same
-    function without the runtime; mpi4py per tensor and best chunked."""
+    function without the runtime; mpi4py per tensor and best chunked; the core itself through
+    its C API (b7_core_direct), interleaved with them."""
+    import b7_core_direct
     import b7_raw_mpi
     rank, size = hvd.rank(), hvd.size()
     counts = load_set(set_name)
@@ -197,6 +206,11 @@ def resnet_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps:
                               for t, n in enumerate(counts)], exact=True)
         variants[name] = fn
     variants["mpi4py Allreduce per tensor"] = b7_raw_mpi.per_tensor(comm, counts)
+    variants[CORE_IN_PROCESS] = b7_core_direct.per_tensor(rank, size, counts)
+    variants[CORE_IN_PROCESS_AVG] = b7_core_direct.per_tensor(rank, size, counts, average=True,
+                                                              prefix="b7.core_avg")
+    variants[CORE_IN_PROCESS_OOP] = b7_core_direct.per_tensor(
+        rank, size, counts, out_of_place=True, prefix="b7.core_oop")
     chunked, sweep = b7_raw_mpi.best_chunked(comm, counts, chunk_reps)
     variants["mpi4py chunked (best)"] = chunked
     times = time_interleaved(variants, warmup=warmup, steps=steps, comm=comm)
@@ -213,6 +227,9 @@ def resnet_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps:
         "DistributedGradientTape": med["DistributedGradientTape step"] - tape_base,
         "mpi4py Allreduce per tensor": med["mpi4py Allreduce per tensor"],
         "mpi4py chunked (best)": med["mpi4py chunked (best)"],
+        CORE_IN_PROCESS: med[CORE_IN_PROCESS],
+        CORE_IN_PROCESS_AVG: med[CORE_IN_PROCESS_AVG],
+        CORE_IN_PROCESS_OOP: med[CORE_IN_PROCESS_OOP],
     }
     return {"tensor_set": set_name, "tensors": len(counts), "bytes": 4 * sum(counts),
             "op": "sum in the tf.functions and mpi4py; average (its default) in the tape",

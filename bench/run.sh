@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Runs the benchmark suite (bench/README.md): builds hvdc_bench if needed, runs B0, B1 (+B1p), B2,
-# B3, B4, B4i and B6 at np=2 pinned (the headline), optionally np=3 and 4 oversubscribed, prints
-# each benchmark's table and leaves one JSON file per benchmark and np in the results folder.
+# B3, B4, B4i and B6 at np=2 pinned (the headline), optionally np=3 and 4 oversubscribed, then B7
+# (the path through TensorFlow) when a python with horovod_compat's TF ops is there; prints each
+# benchmark's table and leaves one JSON file per benchmark and np in the results folder.
 #
-#   bench/run.sh                 quick counts (a few minutes on the 2-core machine)
+#   bench/run.sh                 quick counts (a few minutes on the 2-core machine; B7 ~2.5 min
+#                                more, skipped with a note when .venv / B7_PYTHON is missing)
 #   bench/run.sh --full          the counts BENCHMARKS.md asks for (B4: 10,000 iterations, ...)
 #   bench/run.sh --np-extra      also np=3 and np=4, oversubscribed
 #   bench/run.sh --only b1,b4    a subset
-#   bench/run.sh --only b7       B7, the path through TensorFlow (bench/run_b7.sh: runs hvdc_bench
-#                                b1/b3/b4 itself, then the TF ops from .venv or B7_PYTHON; not in
-#                                the default list); --quick: B7 with fewer iterations, no profile
+#   bench/run.sh --only b7       B7 alone, the path through TensorFlow (bench/run_b7.sh: runs
+#                                hvdc_bench b1/b3/b4 itself, then the TF ops from .venv or
+#                                B7_PYTHON); --quick: B7 with fewer iterations, no profile
 #   bench/run.sh --build-dir DIR use (or make) that build; default build-bench at the repo root
 #   bench/run.sh --bin PATH      run that hvdc_bench binary, build nothing
 #   bench/run.sh --out-dir DIR   where the JSON goes; default bench/results
@@ -32,7 +34,8 @@ BUILD=$ROOT/build-bench
 OUT=$ROOT/bench/results
 FULL=0
 NP_EXTRA=0
-ONLY=b0,b1,b2,b3,b4,b4i,b6
+ONLY=b0,b1,b2,b3,b4,b4i,b6,b7
+ONLY_GIVEN=0
 TIMEOUT=900
 EXTRA=()
 B7_ARGS=()
@@ -47,7 +50,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --full) FULL=1 ;;
     --np-extra) NP_EXTRA=1 ;;
-    --only) ONLY=$2; shift ;;
+    --only) ONLY=$2; ONLY_GIVEN=1; shift ;;
     --quick) B7_ARGS+=(--quick) ;;
     --build-dir) BUILD=$(realpath -m "$2"); shift ;;
     --bin) BIN=$(realpath -m "$2"); shift ;;
@@ -59,7 +62,7 @@ while [[ $# -gt 0 ]]; do
     --no-torch) RUN_TORCH=0 ;;
     --torch-bind) TORCH_BIND=$2; shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -70,6 +73,15 @@ RUN_B7=0
 if [[ ,$ONLY, == *,b7,* ]]; then
   RUN_B7=1
   ONLY=$(echo ",$ONLY," | sed 's/,b7,/,/g; s/^,//; s/,$//')
+  # In the default list B7 needs the TF venv; asked for by name, run_b7.sh reports its absence.
+  B7_PY=${B7_PYTHON:-$ROOT/.venv/bin/python}
+  if [[ $ONLY_GIVEN == 0 && $TRANSPORT != mpi ]]; then
+    RUN_B7=0  # B7 runs over MPI only
+  elif [[ $ONLY_GIVEN == 0 ]] && ! "$B7_PY" -c 'import tensorflow' >/dev/null 2>&1; then
+    echo "run.sh: skipping b7: no python with TensorFlow at $B7_PY (scripts/install_python.sh" \
+      "makes .venv; B7_PYTHON picks another)"
+    RUN_B7=0
+  fi
 fi
 
 case $TRANSPORT in
