@@ -6,8 +6,8 @@ processes (the VM's speed moves by 2x between them).
 
 It runs on the runtime ``hvd.init()`` started (ctypes opens the same libhvdc_core.so, so it finds
 the same instance). Each tensor's ``done`` is a Python callback: it takes the GIL on the
-runtime's executor thread while the caller waits with the GIL released, a few µs per tensor
-that ``hvdc_bench`` does not pay (~1 ms for ResNet-50's 214 tensors; the report says so)."""
+runtime's executor thread while the caller waits with the GIL released: a cost per tensor that
+``hvdc_bench`` does not pay (not measured on its own; bench/README.md says so)."""
 
 import ctypes
 import os
