@@ -276,13 +276,17 @@ Status Controller::OnResponses(ResponseList&& list, RoundResult* out) {
   const bool tl = timeline_ && timeline_->active() && rank() == 0;
   out->ready.reserve(out->ready.size() + list.responses.size());
   for (size_t i = 0; i < list.responses.size(); ++i) {
-    auto resp = std::make_shared<const Response>(std::move(list.responses[i]));
     if (i < n_cached) {
-      cache_.Touch(cached_ready_[i]);
-    } else {
-      cache_.Put(resp);
-      if (tl && resp->op != OpType::kJoin) timeline_->NegotiateEnd(resp->name);
+      // The coordinator's copy of this rank's cached response (the caches agree, the round's
+      // hash says so): the batch item shares the cache's own, as in an all-cached round.
+      const uint32_t bit = cached_ready_[i];
+      cache_.Touch(bit);
+      AddReady(cache_.Shared(bit), cache_.NameHash(bit), out);
+      continue;
     }
+    auto resp = std::make_shared<const Response>(std::move(list.responses[i]));
+    cache_.Put(resp);
+    if (tl && resp->op != OpType::kJoin) timeline_->NegotiateEnd(resp->name);
     const uint64_t name_hash = NameIndex::Hash(resp->name);
     AddReady(std::move(resp), name_hash, out);
   }
