@@ -1,16 +1,46 @@
-"""B7 report: merges the TF-path runs (np=1 eager, np=2 all cases) with the core's own B1/B3/B4
-from the same run.sh invocation, prints the table with the ratios of the issue-15 goals and writes
-one JSON (bench/results/b7-np2.json).
+"""B7's figures, from the files its runs leave (no TensorFlow needed):
 
-    python bench/b7_report.py TMPDIR OUT.json
-TMPDIR holds tf-np1.json, tf-np2.json, core-b1-np2.json, core-b3-np2.json, core-b4-np2.json,
-core-b4-np1.json (any may be missing: its rows say n/a) and optionally profile-*.json.
+    python bench/b7_report.py TMPDIR OUT.json          # the report of one run (run_tf.sh b7)
+    python bench/b7_report.py profile perf.data OUT.json --pid PID --seconds S --freq F --calls N
+    python bench/b7_report.py compare A/b7-np2.json B/b7-np2.json [more.json ...]
+
+The report merges the TF-path runs (np=1 eager, np=2 all cases) with the core's own B1/B3/B4
+from the same run, prints the table with the ratios of the issue-15 goals and writes one JSON
+(bench/results/b7-np2.json). TMPDIR holds tf-np1.json, tf-np2.json, core-b1-np2.json,
+core-b3-np2.json, core-b4-np2.json, core-b4-np1.json (any may be missing: its rows say n/a) and
+optionally profile-*.json.
+
+profile splits a `perf record -g` of B7's rank 0 (its steady-state loop only) into where the time
+goes, by each sample's thread and own symbol (self time, not children). Threads: the main (Python)
+thread (tid == PID), the runtime's `hvdc-control` (negotiation) and `hvdc-exec-*` (reductions)
+threads, TensorFlow's pool threads (the other threads named python). Categories (CATEGORIES below,
+first match wins):
+
+- copies: memcpy/memmove in any thread; allocation: malloc/free/new/delete in any thread;
+- negotiation: everything else on hvdc-control (its MPI polling and its sleeps/wake-ups too);
+- execution: everything else on hvdc-exec-* (the MPI allreduce itself, its progress polling);
+- enqueue: the op library (mpi_lib: the kernels' ComputeAsync/completion) and libhvdc_core
+  (hvdc_enqueue) on the main or TF threads;
+- Python: the interpreter (horovod_compat's wrapper and TensorFlow's Python);
+- TF pool spin: TF's pool threads looking for work (MaybeGetTask, WaitForWork, Steal);
+- op dispatch (TF): the rest of TensorFlow (eager execute, kernel lookup, function executor);
+- wake-ups/scheduler: kernel scheduler, futex, condition variables, syscalls on main/TF threads;
+- other.
+
+Rough (a memcpy is a copy whoever calls it), but every figure is a measured share of rank 0's
+CPU samples; the JSON keeps the top symbols per thread role so a category can be checked.
+
+compare puts B7 results side by side (an A/B of two builds, or runs back to back): the headline
+figures and the ratios to the core's own figures from each file's own run.
 """
 
+import argparse
 import json
 import os
+import re
+import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # b7_tf_path.CORE_IN_PROCESS (not imported: the report runs without TensorFlow).
 CORE_IN_PROCESS = "core C API per tensor (in process)"
@@ -217,8 +247,8 @@ def build(tmp: str) -> Tuple[Dict[str, Any], List[str]]:
     return result, lines
 
 
-def main() -> int:
-    tmp, out = sys.argv[1], sys.argv[2]
+def report_main(argv: List[str]) -> int:
+    tmp, out = argv[0], argv[1]
     result, lines = build(tmp)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
@@ -227,5 +257,207 @@ def main() -> int:
     return 0 if result["verified"] else 3
 
 
+
+# ---- profile: where rank 0's CPU goes in a perf record of one loop
+
+ANY = r"."
+TF_LIBS = r"tensorflow|_pywrap|tsl::|absl|Eigen|libprotobuf|libstdc\+\+|libgcc"
+WAKE = (r"\[kernel|futex|pthread_cond|lll_lock|pthread_mutex|condition_variable|__vdso|"
+        r"sched_yield|libc\.so\.6 .*(syscall|poll|epoll|nanosleep|clock_gettime)")
+
+# (category, thread-role regex, "dso symbol" regex); first match wins.
+CATEGORIES: List[Tuple[str, str, str]] = [
+    ("copies", ANY, r"memcpy|memmove|copy_user|copy_to_user|copy_from_user|rep_movs"),
+    ("allocation", ANY, r"\b(malloc|free|cfree|_int_malloc|_int_free|calloc|realloc|"
+                        r"malloc_consolidate|unlink_chunk|sysmalloc|tcache)\b|operator new|"
+                        r"operator delete|_PyObject_Malloc|_PyObject_Free|BFCAllocator"),
+    ("negotiation (hvdc-control)", r"^control$", ANY),
+    ("execution: MPI reduction (hvdc-exec)", r"^exec$", ANY),
+    ("enqueue + completion (op kernel, hvdc_enqueue)", ANY, r"mpi_lib|libhvdc_core"),
+    ("Python", ANY, r"python3|libpython"),
+    ("TF pool spin", r"^tf$", r"MaybeGetTask|WaitForWork|Steal|NonBlockingThreadPool"),
+    ("wake-ups / scheduler", ANY, WAKE),
+    ("op dispatch (TF)", ANY, TF_LIBS),
+    ("other", ANY, ANY),
+]
+
+
+def _role(tid: int, comm: str, pid: int) -> str:
+    if tid == pid:
+        return "main"
+    if comm.startswith("hvdc-control"):
+        return "control"
+    if comm.startswith("hvdc-exec"):
+        return "exec"
+    return "tf" if comm.startswith("python") else "other"
+
+
+def read_samples(data: str, pid: int) -> List[Tuple[int, str, str]]:
+    """[(samples, role, "dso symbol")] from `perf report`'s self overhead per thread."""
+    out = subprocess.run(
+        ["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none", "-n",
+         "--pid", str(pid), "--sort", "pid,dso,sym", "--percent-limit", "0"],
+        check=True, capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(\d+):(\S+)\s+(\S+)\s+\[(.)\]\s+(.*)$", line)
+        if m:
+            dso = m.group(4) if m.group(5) == "." else "[kernel] " + m.group(4)
+            rows.append((int(m.group(1)), _role(int(m.group(2)), m.group(3), pid),
+                         f"{dso} {m.group(6).strip()}"))
+    return rows
+
+
+def split(rows: List[Tuple[int, str, str]]) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """(percent per category, percent per thread role) of all samples."""
+    total = sum(r[0] for r in rows) or 1
+    cats = {c: 0 for c, _, _ in CATEGORIES}
+    roles: Dict[str, int] = {}
+    for n, role, key in rows:
+        roles[role] = roles.get(role, 0) + n
+        for name, role_rx, sym_rx in CATEGORIES:
+            if re.search(role_rx, role) and re.search(sym_rx, key):
+                cats[name] += n
+                break
+    pct = lambda d: {k: round(100.0 * v / total, 1) for k, v in d.items()}  # noqa: E731
+    return pct(cats), pct(roles)
+
+
+def profile_main(argv: List[str]) -> int:
+    p = argparse.ArgumentParser(prog="b7_report.py profile")
+    p.add_argument("data")
+    p.add_argument("out")
+    p.add_argument("--pid", type=int, required=True, help="rank 0's pid (its main thread)")
+    p.add_argument("--seconds", type=float, default=0.0)
+    p.add_argument("--freq", type=float, default=0.0)
+    p.add_argument("--label", default="")
+    p.add_argument("--calls", type=int, default=0)
+    a = p.parse_args(argv)
+    rows = read_samples(a.data, a.pid)
+    n = sum(r[0] for r in rows)
+    cats, roles = split(rows)
+    top: Dict[str, List[Dict[str, object]]] = {}
+    for k, role, key in sorted(rows, reverse=True):
+        if len(top.setdefault(role, [])) < 12:
+            top[role].append({"percent": round(100.0 * k / max(n, 1), 2), "symbol": key[:160]})
+    res = {"label": a.label, "samples": n, "seconds": a.seconds, "freq_hz": a.freq,
+           "calls": a.calls, "percent": cats, "percent_by_thread": roles,
+           "top_symbols_by_thread": top}
+    if a.seconds and a.freq:
+        # Samples land only while a thread of rank 0 is on a CPU: its CPU use, in cores.
+        res["cpu_cores_busy"] = round(n / (a.seconds * a.freq), 3)
+    if a.calls and a.seconds:
+        res["us_per_call_while_profiled"] = round(a.seconds / a.calls * 1e6, 2)
+    if a.calls and a.freq:
+        # CPU µs per call of rank 0 (all its threads), by category: comparable between a loop
+        # and the same loop without the runtime.
+        per_call = n / a.freq / a.calls * 1e6
+        res["cpu_us_per_call"] = {k: round(v / 100.0 * per_call, 3) for k, v in cats.items()}
+        res["cpu_us_per_call_total"] = round(per_call, 3)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"{a.label}: {n} samples, " + ", ".join(f"{k} {v:.1f} %" for k, v in cats.items() if v))
+    print("  by thread: " + ", ".join(f"{k} {v:.1f} %" for k, v in roles.items()))
+    return 0
+
+
+
+# ---- compare: several runs' b7-np2.json side by side
+
+def _dig(d: Any, *keys: Any) -> Optional[float]:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d if isinstance(d, (int, float)) else None
+
+
+def _eager(np_key: str, variant: str) -> Callable[[Dict[str, Any]], Optional[float]]:
+    return lambda r: _dig(r, np_key, "eager", "latency_us", variant, "median")
+
+
+ROWS: List[Tuple[str, Callable[[Dict[str, Any]], Optional[float]]]] = [
+    ("eager np=1 hvd.allreduce p50 us", _eager("tf_np1", "hvd.allreduce")),
+    ("eager np=1 tf.identity p50 us", _eager("tf_np1", "tf.identity")),
+    ("eager np=1 over tf.identity us (goal <= 15)",
+     lambda r: _dig(r, "ratios", "eager_np1_us_over_tf_identity")),
+    ("eager np=2 hvd.allreduce p50 us", _eager("tf_np2", "hvd.allreduce")),
+    ("eager np=2 generated op p50 us", _eager("tf_np2", "generated op")),
+    ("core B4 p50 us", lambda r: _dig(r, "core_figures", "b4_np2_p50_us")),
+    ("eager np=2 / B4 (goal <= 1.3)", lambda r: _dig(r, "ratios", "eager_np2_p50_over_core_b4")),
+    ("small per-tensor us/tensor", lambda r: _dig(
+        r, "tf_np2", "small", "us_per_tensor_beyond_identity", "tf.function allreduce per tensor")),
+    ("small grouped us/tensor", lambda r: _dig(
+        r, "tf_np2", "small", "us_per_tensor_beyond_identity", "tf.function grouped_allreduce")),
+    ("core B3 small_mixed us/tensor", lambda r: _dig(r, "core_figures", "b3_small_us_per_tensor")),
+    ("small per-tensor / B3 (goal <= 1.5)",
+     lambda r: _dig(r, "ratios", "small_per_tensor_over_core_b3")),
+    ("small grouped / B3 (goal <= 1.5)", lambda r: _dig(r, "ratios", "small_grouped_over_core_b3")),
+    ("ResNet-50 grouped ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline", "tf.function grouped_allreduce")),
+    ("ResNet-50 per-tensor ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline", "tf.function allreduce per tensor")),
+    ("ResNet-50 tape ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline", "DistributedGradientTape")),
+    ("core B1 ms", lambda r: _dig(r, "core_figures", "b1_ms")),
+    ("ResNet-50 grouped / B1 (goal <= 1.1)",
+     lambda r: _dig(r, "ratios", "resnet_grouped_over_core_b1")),
+    ("ResNet-50 per-tensor / B1 (goal <= 1.1)",
+     lambda r: _dig(r, "ratios", "resnet_per_tensor_over_core_b1")),
+    ("ResNet-50 tape / B1 (goal <= 1.1)", lambda r: _dig(r, "ratios", "resnet_tape_over_core_b1")),
+    ("core in process (C API) ResNet-50 ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline", "core C API per tensor (in process)")),
+    ("core in process (C API) ResNet-50 out of place ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline",
+        "core C API per tensor, out of place (in process)")),
+    ("core in process (C API) ResNet-50 average ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline",
+        "core C API per tensor, average (in process)")),
+    ("ResNet-50 grouped / core in process out of place",
+     lambda r: _dig(r, "ratios", "resnet_grouped_over_core_in_process_out_of_place")),
+    ("ResNet-50 per-tensor / core in process out of place",
+     lambda r: _dig(r, "ratios", "resnet_per_tensor_over_core_in_process_out_of_place")),
+    ("ResNet-50 tape / core in process average",
+     lambda r: _dig(r, "ratios", "resnet_tape_over_core_in_process_average")),
+    ("core in process out of place / in place",
+     lambda r: _dig(r, "ratios", "core_in_process_out_of_place_over_in_place")),
+    ("mpi4py ResNet-50 chunked ms", lambda r: _dig(
+        r, "tf_np2", "resnet", "ms_per_set_beyond_baseline", "mpi4py chunked (best)")),
+]
+
+
+def compare_main(paths: List[str]) -> int:
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            runs.append(json.load(f))
+    width = max(len(name) for name, _ in ROWS)
+    print(" " * width + "".join(f"{'run ' + str(i + 1):>12}" for i in range(len(runs))))
+    for name, get in ROWS:
+        cells = []
+        for r in runs:
+            v = get(r)
+            cells.append(f"{'n/a' if v is None else f'{v:.2f}':>12}")
+        print(name.ljust(width) + "".join(cells))
+    for i, (p, r) in enumerate(zip(paths, runs)):
+        np2 = r.get("tf_np2") or {}
+        print(f"run {i + 1}: {p}: {np2.get('date', '?')}, load {np2.get('loadavg_before', '?')}"
+              f" -> {np2.get('loadavg_after', '?')}, horovod_compat {np2.get('horovod_compat')},"
+              f" verified {r.get('verified')}")
+    return 0
+
+
+
+def main(argv: List[str]) -> int:
+    if argv and argv[0] == "profile":
+        return profile_main(argv[1:])
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return report_main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

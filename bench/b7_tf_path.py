@@ -8,6 +8,31 @@ Under a launcher mpi4py initialises MPI first (MPI_THREAD_MULTIPLE) and ``hvd.in
 the timing barriers and the raw reference use a duplicate of COMM_WORLD. Without one, neither
 mpi4py nor MPI is touched. Every collective's result is checked against its closed-form value
 before it is timed; a wrong value exits non-zero.
+
+What each case times (the TF functions and the tape are checked again after the timed steps, on
+the runtime's cached path; HOROVOD_* and TF's thread pools at their defaults):
+
+- eager 4 B (np=1 plain python, unpinned; np=2 pinned): ``hvd.allreduce(x)`` (default op,
+  Average) on a 1-element fp32 tensor, p50/p99 in blocks of 100 calls per variant (a cheap op
+  timed right after an allreduce pays for the runtime's leftover work: ``tf.identity`` read
+  30-45 us interleaved call by call, 12-15 us in blocks); beside it ``tf.identity(x)``, the
+  generated op ``MPI_LIB.horovod_allreduce`` alone (no horovod_compat Python) and at np=2 mpi4py.
+  run_tf.sh adds the core's B4 (``hvdc_bench b4 --sizes 4 --wait block``, np=1 and 2).
+- small_mixed (1000 tensors, 4 B..64 KiB) in one ``tf.function`` returning
+  ``hvd.grouped_allreduce(ts, op=Sum)`` or ``[hvd.allreduce(t, op=Sum) ...]``: us per tensor =
+  (median step - median step of the same function returning ``tf.identity``s) / 1000; beside it
+  mpi4py per tensor; the core's B3 from run_tf.sh.
+- the ResNet-50 set (214 tensors, 97.6 MiB) through the same two functions (op Sum; the inputs
+  are the caller's tensors, so TF cannot forward them to the outputs), and a ``tf.function`` train
+  step through ``DistributedGradientTape`` (default op Average) over 214 variables whose
+  gradients are fresh buffers (``tf.custom_gradient``: ``dy * pattern``, times a variable scale
+  so that grappler cannot fold them); ms per set beyond the same function without the runtime.
+  Beside them, in the same rounds: the core through its C API (b7_references: in place, out of
+  place, Average), mpi4py per tensor and best chunked; the core's B1 from run_tf.sh.
+
+The core's own figures (hvdc_bench) run before and after this script; the report divides by
+their mean. With --loop-seconds one path repeats in a steady state for ``perf record`` of rank 0
+(run_tf.sh b7; ``b7_report.py profile`` splits it by thread and symbol).
 """
 
 import argparse
@@ -126,12 +151,12 @@ def _check_again(steps: Dict[str, Callable[[], Any]], inputs: List[Any],
 def small_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps: int
                ) -> Dict[str, Any]:
     """The small-tensor set inside one tf.function; µs per tensor beyond the identity function."""
-    import b7_raw_mpi
+    import b7_references
     counts = load_set(set_name)
     inputs, want = _set_inputs(tf, hvd.rank(), hvd.size(), counts)
     first: Dict[str, float] = {}
     variants = _checked_functions(tf, hvd, inputs, want, first)
-    variants["mpi4py Allreduce per tensor"] = b7_raw_mpi.per_tensor(comm, counts)
+    variants["mpi4py Allreduce per tensor"] = b7_references.mpi_per_tensor(comm, counts)
     times = time_interleaved(variants, warmup=warmup, steps=steps, comm=comm)
     _check_again(variants, inputs, want)
     base = float(np.median(times["tf.function identity (no collectives)"]))
@@ -187,9 +212,8 @@ def resnet_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps:
                 chunk_reps: int) -> Dict[str, Any]:
     """The ResNet-50 gradient set: tf.functions and tape steps, ms per set beyond the same
     function without the runtime; mpi4py per tensor and best chunked; the core itself through
-    its C API (b7_core_direct), interleaved with them."""
-    import b7_core_direct
-    import b7_raw_mpi
+    its C API (b7_references), interleaved with them."""
+    import b7_references
     rank, size = hvd.rank(), hvd.size()
     counts = load_set(set_name)
     inputs, want = _set_inputs(tf, rank, size, counts)
@@ -205,13 +229,13 @@ def resnet_case(tf: Any, hvd: Any, comm: Any, set_name: str, warmup: int, steps:
             check(name, got, [pattern(rank, t, n).astype(np.float64)
                               for t, n in enumerate(counts)], exact=True)
         variants[name] = fn
-    variants["mpi4py Allreduce per tensor"] = b7_raw_mpi.per_tensor(comm, counts)
-    variants[CORE_IN_PROCESS] = b7_core_direct.per_tensor(rank, size, counts)
-    variants[CORE_IN_PROCESS_AVG] = b7_core_direct.per_tensor(rank, size, counts, average=True,
-                                                              prefix="b7.core_avg")
-    variants[CORE_IN_PROCESS_OOP] = b7_core_direct.per_tensor(
+    variants["mpi4py Allreduce per tensor"] = b7_references.mpi_per_tensor(comm, counts)
+    variants[CORE_IN_PROCESS] = b7_references.core_per_tensor(rank, size, counts)
+    variants[CORE_IN_PROCESS_AVG] = b7_references.core_per_tensor(
+        rank, size, counts, average=True, prefix="b7.core_avg")
+    variants[CORE_IN_PROCESS_OOP] = b7_references.core_per_tensor(
         rank, size, counts, out_of_place=True, prefix="b7.core_oop")
-    chunked, sweep = b7_raw_mpi.best_chunked(comm, counts, chunk_reps)
+    chunked, sweep = b7_references.mpi_best_chunked(comm, counts, chunk_reps)
     variants["mpi4py chunked (best)"] = chunked
     times = time_interleaved(variants, warmup=warmup, steps=steps, comm=comm)
     _check_again(variants, inputs, want)

@@ -1,22 +1,29 @@
-"""B7's in-process core reference: the runtime's C API (``hvdc_enqueue``, core/c_api.h) called
-through ctypes on numpy buffers, one request per tensor, all enqueued at once, in place -- what
-``hvdc_bench b1`` does, but in the same process and the same interleaved rounds as the
-TensorFlow variants, so that their ratio is not at the mercy of the minutes between two
-processes (the VM's speed moves by 2x between them).
+"""B7's references without TensorFlow, run in the TF benchmark's own process and rounds.
 
-It runs on the runtime ``hvd.init()`` started (ctypes opens the same libhvdc_core.so, so it finds
-the same instance). Each tensor's ``done`` is a Python callback: it takes the GIL on the
-runtime's executor thread while the caller waits with the GIL released: a cost per tensor that
-``hvdc_bench`` does not pay (not measured on its own; bench/README.md says so)."""
+The core (``core_per_tensor``): the runtime's C API (``hvdc_enqueue``, core/c_api.h) called through
+ctypes on numpy buffers, one request per tensor, all enqueued at once, in place -- what
+``hvdc_bench b1`` does, but in the same process and the same interleaved rounds as the TensorFlow
+variants, so that their ratio is not at the mercy of the minutes between two processes (the VM's
+speed moves by 2x between them). It runs on the runtime ``hvd.init()`` started (ctypes opens the
+same libhvdc_core.so, so it finds the same instance). Each tensor's ``done`` is a Python callback:
+it takes the GIL on the runtime's executor thread while the caller waits with the GIL released: a
+cost per tensor that ``hvdc_bench`` does not pay (not measured on its own).
+
+Raw MPI through mpi4py (``mpi_per_tensor``, ``mpi_best_chunked``): one Allreduce per tensor, and
+the same bytes as one contiguous buffer reduced in chunks (best chunk size kept). In place, on the
+benchmark's own duplicate of COMM_WORLD, like the core benchmarks' raw reference.
+"""
 
 import ctypes
 import os
 import threading
-from typing import Callable, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
-from b7_common import check, expected_sum, pattern
+from b7_common import check, expected_sum, pattern, time_interleaved
+
+# ---- the core through its C API (core/c_api.h)
 
 _MAX_DIMS = 32
 _OP_ALLREDUCE = 0
@@ -60,8 +67,9 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
-def per_tensor(rank: int, size: int, counts: List[int], average: bool = False,
-               out_of_place: bool = False, prefix: str = "b7.core") -> Callable[[], None]:
+def core_per_tensor(rank: int, size: int, counts: List[int], average: bool = False,
+                    out_of_place: bool = False, prefix: str = "b7.core"
+                    ) -> Callable[[], None]:
     """Checks one pass on the closed-form inputs, then returns a step that enqueues every
     tensor as its own allreduce (Sum, or Average as Sum with the postscale 1/size, which is how
     the TF ops ask for it) and waits for the last ``done``. In place (over zeros after the
@@ -116,3 +124,57 @@ def per_tensor(rank: int, size: int, counts: List[int], average: bool = False,
         for b in bufs:
             b[:] = 0
     return step
+
+
+# ---- raw MPI through mpi4py
+
+CHUNK_BYTES = (256 << 10, 1 << 20, 4 << 20, 8 << 20, 16 << 20)
+
+
+def _chunk_name(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def mpi_per_tensor(comm: object, counts: List[int]) -> Callable[[], None]:
+    """Checks one pass on the closed-form inputs, then returns a step over zeros."""
+    from mpi4py import MPI
+    rank, size = comm.Get_rank(), comm.Get_size()
+    bufs = [pattern(rank, t, n) for t, n in enumerate(counts)]
+    for b in bufs:
+        comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM)
+    check("mpi4py per tensor", bufs, [expected_sum(size, t, n) for t, n in enumerate(counts)],
+          exact=True)
+    for b in bufs:
+        b[:] = 0
+
+    def step() -> None:
+        for b in bufs:
+            comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM)
+    return step
+
+
+def _chunked_step(comm: object, buf: np.ndarray, chunk_elems: int) -> Callable[[], None]:
+    from mpi4py import MPI
+    bounds = [(a, min(a + chunk_elems, buf.size)) for a in range(0, buf.size, chunk_elems)]
+
+    def step() -> None:
+        for a, b in bounds:
+            comm.Allreduce(MPI.IN_PLACE, buf[a:b], op=MPI.SUM)
+    return step
+
+
+def mpi_best_chunked(comm: object, counts: List[int], reps: int
+                     ) -> Tuple[Callable[[], None], Dict[str, object]]:
+    """Sweeps CHUNK_BYTES over the set's total bytes (``reps`` timed passes each, after one
+    checked pass), returns the best chunk's step and the sweep's medians in ms."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    buf = np.concatenate([pattern(rank, t, n) for t, n in enumerate(counts)])
+    want = np.concatenate([expected_sum(size, t, n) for t, n in enumerate(counts)])
+    _chunked_step(comm, buf, (4 << 20) // 4)()
+    check("mpi4py chunked", [buf], [want], exact=True)
+    buf[:] = 0
+    steps = {_chunk_name(c): _chunked_step(comm, buf, c // 4) for c in CHUNK_BYTES}
+    times = time_interleaved(steps, warmup=1, steps=reps, comm=comm)
+    medians = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    best = min(medians, key=medians.get)
+    return steps[best], {"chunk_sweep_ms": medians, "best_chunk": best}
