@@ -8,10 +8,13 @@
 #                                more, skipped with a note when .venv / B7_PYTHON is missing)
 #   bench/run.sh --full          the counts BENCHMARKS.md asks for (B4: 10,000 iterations, ...)
 #   bench/run.sh --np-extra      also np=3 and np=4, oversubscribed
-#   bench/run.sh --only b1,b4    a subset
-#   bench/run.sh --only b7       B7 alone, the path through TensorFlow (bench/run_b7.sh: runs
-#                                hvdc_bench b1/b3/b4 itself, then the TF ops from .venv or
-#                                B7_PYTHON); --quick: B7 with fewer iterations, no profile
+#   bench/run.sh --only b1,b4    a subset of b0 b1 b2 b3 b4 b4i b6 (hvdc_bench) and b5 b5o b7
+#                                (through TensorFlow: bench/run_tf.sh, with .venv or PY/B7_PYTHON)
+#   bench/run.sh --only b7       B7 alone, the path through TensorFlow (runs hvdc_bench b1/b3/b4
+#                                itself, then the TF ops); --quick: fewer iterations, no profile
+#   bench/run.sh --only b5,b5o   B5 (Keras model.fit: ours vs MultiWorkerMirroredStrategy;
+#                                MODEL=resnet50 for ResNet-50) and the ResNet-50 overhead check;
+#                                never in the default list (minutes each)
 #   bench/run.sh --build-dir DIR use (or make) that build; default build-bench at the repo root
 #   bench/run.sh --bin PATH      run that hvdc_bench binary, build nothing
 #   bench/run.sh --out-dir DIR   where the JSON goes; default bench/results
@@ -22,7 +25,8 @@
 #                                With b1, b3 or b4 it also runs torch.distributed's gloo backend
 #                                on the same work (bench/torch_gloo.py, <b>-torchgloo-np2.json)
 #                                where a python with torch is found: --torch-python PATH, else
-#                                $TORCH_PYTHON, else /work/venvs/torch/bin/python; each right
+#                                $TORCH_PYTHON, else the reference venv (bench/make_reference_venv.sh:
+#                                $HVDC_BENCH_VENV, else .venv-bench at the repo root); each right
 #                                after ours and raw MPI's run of the same benchmark, pinned as
 #                                ours; --torch-bind none: unpinned instead (JSON as
 #                                <b>-torchgloo-unpinned-np2.json); --no-torch: not at all
@@ -42,7 +46,8 @@ B7_ARGS=()
 BIN=
 TRANSPORT=mpi
 TCP_IFACE=lo
-TORCH_PY=${TORCH_PYTHON:-/work/venvs/torch/bin/python}
+REF_VENV=${HVDC_BENCH_VENV:-$ROOT/.venv-bench}
+TORCH_PY=${TORCH_PYTHON:-$REF_VENV/bin/python}
 RUN_TORCH=1
 TORCH_BIND=core
 
@@ -62,18 +67,24 @@ while [[ $# -gt 0 ]]; do
     --no-torch) RUN_TORCH=0 ;;
     --torch-bind) TORCH_BIND=$2; shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
-# B7 has its own driver (TensorFlow, mpi4py, its own hvdc_bench runs); the rest are hvdc_bench's.
-RUN_B7=0
-if [[ ,$ONLY, == *,b7,* ]]; then
+# B5 and B7 have their own driver (bench/run_tf.sh: TensorFlow, mpi4py; B7 its own hvdc_bench
+# runs); the rest are hvdc_bench's.
+take() {  # removes $1 from ONLY; true if it was there
+  [[ ,$ONLY, == *,$1,* ]] || return 1
+  ONLY=$(echo ",$ONLY," | sed "s/,$1,/,/g; s/^,//; s/,\$//")
+}
+RUN_B5=0 RUN_B5O=0 RUN_B7=0
+take b5 && RUN_B5=1
+take b5o && RUN_B5O=1
+if take b7; then
   RUN_B7=1
-  ONLY=$(echo ",$ONLY," | sed 's/,b7,/,/g; s/^,//; s/,$//')
-  # In the default list B7 needs the TF venv; asked for by name, run_b7.sh reports its absence.
+  # In the default list B7 needs the TF venv; asked for by name, run_tf.sh reports its absence.
   B7_PY=${B7_PYTHON:-$ROOT/.venv/bin/python}
   if [[ $ONLY_GIVEN == 0 && $TRANSPORT != mpi ]]; then
     RUN_B7=0  # B7 runs over MPI only
@@ -95,15 +106,15 @@ case $TRANSPORT in
   *) echo "run.sh: --transport $TRANSPORT: expected mpi or tcp" >&2; exit 2 ;;
 esac
 
-# ---- build (2 cores: -j2 at most)
-if [[ -z $BIN ]]; then
+# ---- build (2 cores: -j2 at most); B5 alone needs no hvdc_bench
+if [[ -z $BIN && ( -n $ONLY || $RUN_B7 == 1 ) ]]; then
   if [[ ! -f $BUILD/build.ninja ]]; then
     cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
   fi
   ninja -C "$BUILD" -j2 hvdc_bench
   BIN=$BUILD/bench/hvdc_bench
 fi
-[[ -x $BIN ]] || { echo "run.sh: $BIN was not built" >&2; exit 1; }
+[[ -z $ONLY && $RUN_B7 == 0 ]] || [[ -x $BIN ]] || { echo "run.sh: $BIN was not built" >&2; exit 1; }
 mkdir -p "$OUT"
 
 # As root, Open MPI refuses to start without these.
@@ -183,7 +194,8 @@ run_torch() {
     if [[ $TORCH_OK != yes ]]; then
       echo
       echo "torch.distributed gloo: skipped (no torch): $TORCH_PY cannot import torch.distributed" \
-           "with gloo (--torch-python PATH or TORCH_PYTHON picks another python)"
+           "with gloo (bench/make_reference_venv.sh makes $REF_VENV; --torch-python PATH or" \
+           "TORCH_PYTHON picks another python)"
     fi
   fi
   [[ $TORCH_OK == yes ]] || return 0
@@ -209,16 +221,30 @@ if [[ $RUN_B7 == 1 ]]; then
   echo "################ b7  np=2 pinned (and np=1)  transport mpi"
   [[ $FULL == 1 ]] && B7_ARGS+=(--full)
   [[ $TRANSPORT == mpi ]] || echo "run.sh: b7 runs over MPI only (--transport $TRANSPORT ignored)"
-  "$ROOT/bench/run_b7.sh" --bin "$BIN" --out-dir "$OUT" \
+  "$ROOT/bench/run_tf.sh" b7 --bin "$BIN" --out-dir "$OUT" \
     --timeout "$((TIMEOUT < 300 ? TIMEOUT : 300))" \
     "${B7_ARGS[@]}" || { echo "run.sh: b7 FAILED" >&2; FAILED+=(b7); }
+fi
+if [[ $RUN_B5 == 1 ]]; then
+  echo
+  echo "################ b5  np=2 (MODEL=${MODEL:-mlp})  transport mpi"
+  b5_json=$OUT/b5-np2.json
+  [[ ${MODEL:-mlp} == resnet50 ]] && b5_json=$OUT/b5-resnet50-np2.json
+  OUT=$b5_json "$ROOT/bench/run_tf.sh" b5 || { echo "run.sh: b5 FAILED" >&2; FAILED+=(b5); }
+fi
+if [[ $RUN_B5O == 1 ]]; then
+  echo
+  echo "################ b5o  np=2 pinned  ResNet-50 overhead check"
+  "$ROOT/bench/run_tf.sh" b5o || { echo "run.sh: b5o FAILED" >&2; FAILED+=(b5o); }
 fi
 echo
 echo "suite finished in $((SECONDS - START)) s; JSON in $OUT"
 
-# The plot is optional: only where matplotlib is importable (PLOT_PYTHON picks the interpreter).
-# It draws the MPI runs' B0 (b0-np*.json): nothing to redraw after a TCP run.
+# The plot is optional: only where matplotlib is importable (PLOT_PYTHON picks the interpreter;
+# default the reference venv's when it is there). It draws the MPI runs' B0 (b0-np*.json):
+# nothing to redraw after a TCP run.
 PY=${PLOT_PYTHON:-python3}
+[[ -z ${PLOT_PYTHON:-} && -x $REF_VENV/bin/python ]] && PY=$REF_VENV/bin/python
 if [[ $TRANSPORT == tcp ]]; then
   :
 elif "$PY" -c 'import matplotlib' 2>/dev/null; then
