@@ -2,8 +2,8 @@
  * buffers (as a framework holds gradients) vs one contiguous buffer of the same total size (what
  * the "best-chunked" reference of B1/B2 reduces). Best of 8 per variant, 3 repetitions.
  *
- *   mpicc -O2 -o /tmp/raw_layout bench/raw_layout.c
- *   mpirun --bind-to core -np 2 /tmp/raw_layout bench/tensor_sets/bert_base.txt
+ *   mpicc -O2 -o raw_layout bench/results/tools/raw_layout.c
+ *   mpirun --bind-to core -np 2 ./raw_layout bench/tensor_sets/bert_base.txt
  */
 #include <mpi.h>
 #include <stdio.h>
