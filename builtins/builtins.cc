@@ -6,6 +6,7 @@
 #include "ops/cpu/host_backend.h"
 #include "tcp_controller/tcp_transport.h"
 #if HVDC_HAVE_MPI
+#include "liveness/liveness.h"
 #include "mpi_controller/mpi_transport.h"
 #endif
 #if HVDC_HAVE_NCCL
@@ -25,6 +26,7 @@ void RegisterBuiltins(Builtins* out) {
     MpiTransportOptions mpi;
     mpi.ranks = opts.ranks;
     mpi.borrowed_comm = opts.mpi_comm;
+    mpi.peer_watch = liveness::Start;  // MPI cannot tell a lost peer; a heartbeat mesh can
     return MakeMpiTransport(config, mpi, transport);
   };
 #endif
