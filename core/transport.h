@@ -33,8 +33,9 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const Topology& topology() const = 0;
-  virtual const char* name() const = 0;  // "mpi", "local"
-  virtual bool is_mpi() const = 0;
+  // "mpi", "gloo", "local": for logs and tests (init() chooses by the builtins list, never by
+  // name).
+  virtual const char* name() const = 0;
   // True when control and execution may run on separate threads (MPI_THREAD_MULTIPLE).
   virtual bool threads_supported() const = 0;
   // Collective over the whole world, called in the same order on every rank: creates the channels

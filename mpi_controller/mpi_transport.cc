@@ -65,7 +65,6 @@ class MpiTransport : public Transport {
 
   const Topology& topology() const override { return context_->topology(); }
   const char* name() const override { return "mpi"; }
-  bool is_mpi() const override { return true; }
   bool threads_supported() const override { return threads_supported_; }
 
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {

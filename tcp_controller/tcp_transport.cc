@@ -33,7 +33,6 @@ class TcpTransport : public Transport {
 
   const Topology& topology() const override { return topology_; }
   const char* name() const override { return "gloo"; }
-  bool is_mpi() const override { return false; }
   bool threads_supported() const override { return true; }
 
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {
