@@ -1,10 +1,11 @@
-// What a build contains: the backends and transports compiled in. core/ declares the hook;
-// builtins/builtins.cc (linked into libhvdc_core and the tests) defines it, so core/ never
-// names MPI or NCCL.
+// What a build contains: the backends, and the transports in the order they are tried. core/
+// declares the hook; builtins/builtins.cc (the hvdc_builtins library, linked into libhvdc_core and
+// the tests) defines it, so core/ never names a transport, MPI or NCCL.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
@@ -19,18 +20,34 @@ struct InitOptions {
   std::vector<std::vector<int>> process_sets;  // registered at init besides the global set
 };
 
+// What the Horovod API reports about the transport in use: mpi_enabled() for kMpi, gloo_enabled()
+// for kTcp (Horovod's Gloo), and mpi_threads_supported() only means something for kMpi.
+enum class TransportKind { kMpi, kTcp, kLocal };
+
+struct TransportEntry {
+  TransportKind kind = TransportKind::kLocal;
+  // What init() names when the entry is recognised but not built: "this build has no <what>".
+  std::string what;
+  // Whether this process's environment (Config) and init()'s arguments ask for this transport.
+  std::function<bool(const Config&, const InitOptions&)> recognises;
+  // Makes it; null when this build does not have it.
+  std::function<Status(const Config&, const InitOptions&, std::unique_ptr<Transport>*)> make;
+};
+
 struct Builtins {
   std::vector<std::unique_ptr<Backend>> backends;
-  // Null when MPI was not built.
-  std::function<Status(const Config&, const InitOptions&, std::unique_ptr<Transport>*)>
-      mpi_transport;
-  // The TCP ("gloo") transport, ranks from HVDC_TCP_PEERS or the Gloo rendezvous variables.
-  std::function<Status(const Config&, std::unique_ptr<Transport>*)> tcp_transport;
-  // Rank 0 of 1, no launcher.
-  std::function<std::unique_ptr<Transport>()> single_transport;
-  bool mpi_built = false;
-  bool gloo_built = false;
+  // In order of precedence: init() makes the first entry that recognises its environment (the
+  // last entry recognises every environment).
+  std::vector<TransportEntry> transports;
   bool cuda_built = false;
+
+  // mpi_built(), gloo_built(): whether a transport of this kind can be made.
+  bool Built(TransportKind kind) const {
+    for (const TransportEntry& t : transports) {
+      if (t.kind == kind && t.make) return true;
+    }
+    return false;
+  }
 };
 
 void RegisterBuiltins(Builtins* out);

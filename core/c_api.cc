@@ -23,8 +23,9 @@ thread_local std::string g_last_error;
 
 // The only process-wide state: the current runtime and the compiled-in backends.
 struct Global {
-  std::mutex mu;  // guards runtime (replacement) and builtins
+  std::mutex mu;  // guards runtime (replacement), transport_kind and builtins
   std::shared_ptr<Runtime> runtime;
+  TransportKind transport_kind = TransportKind::kLocal;  // the runtime's (Builtins::transports)
   std::unique_ptr<Builtins> builtins;
 };
 
@@ -35,6 +36,13 @@ Global& G() {
 
 std::shared_ptr<Runtime> Current() {
   std::lock_guard<std::mutex> lock(G().mu);
+  return G().runtime;
+}
+
+// The current runtime (or null) and the kind of transport it was made with.
+std::shared_ptr<Runtime> Current(TransportKind* kind) {
+  std::lock_guard<std::mutex> lock(G().mu);
+  *kind = G().transport_kind;
   return G().runtime;
 }
 
@@ -184,15 +192,6 @@ Status Translate(const hvdc_request& r, EnqueueItem* item) {
   return Status::OK();
 }
 
-// The TCP transport when asked for by name, or when its identity variables are set -- except that
-// an mpirun job stays MPI unless HOROVOD_CONTROLLER=gloo says otherwise.
-bool WantTcp(const Config& config) {
-  if (config.controller == "gloo") return true;
-  if (config.under_launcher) return false;
-  return config.cpu_operations == "gloo" || !config.tcp_peers.empty() ||
-         !config.gloo.rendezvous_addr.empty();
-}
-
 }  // namespace
 }  // namespace hvdc
 
@@ -220,25 +219,21 @@ int hvdc_init(const hvdc_init_options* options) {
       }
     }
     Builtins& b = GetBuiltins();
-    std::unique_ptr<Transport> transport;
-    if (WantTcp(config)) {
-      if (opts.mpi_comm || !opts.ranks.empty()) {
-        return Fail(StatusCode::kInvalidArgument,
-                    "init(comm=...) needs MPI, but the TCP (gloo) transport was selected "
-                    "(HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS=gloo, HVDC_TCP_PEERS or "
-                    "HOROVOD_GLOO_RENDEZVOUS_ADDR)");
+    // The first transport (in order of precedence) that recognises this environment.
+    const TransportEntry* chosen = nullptr;
+    for (const TransportEntry& t : b.transports) {
+      if (t.recognises(config, opts)) {
+        chosen = &t;
+        break;
       }
-      if (!b.tcp_transport)
-        return Fail(StatusCode::kUnknownError, "this build has no TCP transport");
-      s = b.tcp_transport(config, &transport);
-      if (!s.ok()) return Fail(s);
-    } else if (config.under_launcher || opts.mpi_comm || !opts.ranks.empty()) {
-      if (!b.mpi_transport) return Fail(StatusCode::kUnknownError, "this build has no MPI");
-      s = b.mpi_transport(config, opts, &transport);
-      if (!s.ok()) return Fail(s);
-    } else {
-      transport = b.single_transport();
     }
+    if (!chosen) return Fail(StatusCode::kUnknownError, "this build has no transport");
+    if (!chosen->make) {
+      return Fail(StatusCode::kUnknownError, fmt::format("this build has no {}", chosen->what));
+    }
+    std::unique_ptr<Transport> transport;
+    s = chosen->make(config, opts, &transport);
+    if (!s.ok()) return Fail(s);
     std::vector<Backend*> backends;
     for (auto& be : b.backends) backends.push_back(be.get());
     std::unique_ptr<Runtime> rt;
@@ -246,6 +241,7 @@ int hvdc_init(const hvdc_init_options* options) {
     if (!s.ok()) return Fail(s);
     for (const auto& w : warnings) LogWarning("{}", w);
     G().runtime = std::move(rt);
+    G().transport_kind = chosen->kind;
     // Programs that never call shutdown() still stop the runtime's threads before anything that
     // was registered earlier (MPI_Finalize, when we initialized MPI) runs at exit.
     static bool exit_hook = (std::atexit([] { hvdc_shutdown(); }), true);
@@ -288,29 +284,32 @@ int hvdc_is_homogeneous(void) {
 }
 
 int hvdc_mpi_threads_supported(void) {
-  auto rt = Current();
-  if (!rt || !rt->transport().is_mpi()) return -1;
+  TransportKind kind;
+  auto rt = Current(&kind);
+  if (!rt || kind != TransportKind::kMpi) return -1;
   return rt->transport().threads_supported() ? 1 : 0;
 }
 
 int hvdc_mpi_enabled(void) {
-  auto rt = Current();
-  return rt && rt->transport().is_mpi() ? 1 : 0;
+  TransportKind kind;
+  auto rt = Current(&kind);
+  return rt && kind == TransportKind::kMpi ? 1 : 0;
 }
 
 int hvdc_gloo_enabled(void) {
-  auto rt = Current();
-  return rt && std::string(rt->transport().name()) == "gloo" ? 1 : 0;
+  TransportKind kind;
+  auto rt = Current(&kind);
+  return rt && kind == TransportKind::kTcp ? 1 : 0;
 }
 
 int hvdc_gloo_built(void) {
   std::lock_guard<std::mutex> lock(G().mu);
-  return GetBuiltins().gloo_built ? 1 : 0;
+  return GetBuiltins().Built(TransportKind::kTcp) ? 1 : 0;
 }
 
 int hvdc_mpi_built(void) {
   std::lock_guard<std::mutex> lock(G().mu);
-  return GetBuiltins().mpi_built ? 1 : 0;
+  return GetBuiltins().Built(TransportKind::kMpi) ? 1 : 0;
 }
 
 int hvdc_nccl_built(void) { return HVDC_NCCL_VERSION_CODE; }

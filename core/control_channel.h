@@ -1,6 +1,7 @@
 // ControlChannel: the few collective primitives negotiation needs, over one process set. The
-// negotiation algorithm (controller.h) is written once over this; mpi_controller/ implements it
-// over MPI nonblocking collectives, and local_channel.h over shared memory for threads-as-ranks.
+// negotiation algorithm (negotiator.h) is written once over this; mpi_controller/ implements it
+// over MPI nonblocking collectives, tcp_controller/ over the TCP mesh, and local_controller/ over
+// memory shared by threads-as-ranks.
 //
 // Every operation is nonblocking: Start* returns a PendingOp that the control thread progresses
 // with Test() until it reports completion. Operations on one channel are started in the same order

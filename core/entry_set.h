@@ -1,4 +1,4 @@
-// EntrySet: tensor entries by name -- the queue's in-flight names, the controller's pending
+// EntrySet: tensor entries by name -- the queue's in-flight names, the negotiator's pending
 // tensors. The entries sit in one dense array (an erase moves the last one into the gap) and are
 // found through a NameIndex of their positions: no allocation per tensor once the arrays have
 // grown to a step's size (a node map allocates and frees a node for every tensor), and a walk

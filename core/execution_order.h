@@ -1,4 +1,4 @@
-// The words a round of the global set carries after the controller's own, ANDed over all ranks.
+// The words a round of the global set carries after the negotiator's own, ANDed over all ranks.
 // They let every rank take the same decisions at the end of the same round:
 //
 //   word 0, bit 0   this rank has a process-set change pending (after the AND: every rank has one)

@@ -1,7 +1,8 @@
 // HostComm: the data-plane primitives a CPU backend needs, over host memory, for one process set.
-// Implemented by mpi_controller/ (MPI communicators) and local_controller/ (threads in one process,
-// for tests and the single-rank runtime). All calls are blocking and collective over the set, and
-// are made from one executor thread per process set.
+// Implemented by each transport: mpi_controller/ (MPI communicators), tcp_controller/ (ring and
+// tree algorithms over TCP) and local_controller/ (threads in one process, for tests and the
+// single-rank runtime); a shared-memory plane will be another. All calls are blocking and
+// collective over the set, and are made from one executor thread per process set.
 #pragma once
 
 #include <cstdint>

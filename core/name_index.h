@@ -46,7 +46,7 @@ class NameIndex {
 };
 
 // A name with its NameIndex::Hash, the key of the per-tensor maps (the queue's in-flight names,
-// the controller's pending tensors): a tensor's name is hashed once, not at every lookup.
+// the negotiator's pending tensors): a tensor's name is hashed once, not at every lookup.
 struct HashedName {
   std::string_view name;
   uint64_t hash;

@@ -20,7 +20,7 @@ Status ProcessSet::Create(int id, int seq, std::vector<int> ranks, const Parts& 
       return Status::UnknownError(fmt::format("process set {}: no channels for a member", id));
     }
     st->set_rank = static_cast<int>(it - st->ranks.begin());
-    st->controller = std::make_unique<Controller>(id, *parts.config, st->channels.control.get(),
+    st->negotiator = std::make_unique<Negotiator>(id, *parts.config, st->channels.control.get(),
                                                   parts.timeline.get(), st->ranks);
     st->executor = std::make_unique<Executor>(id, *parts.config, st->channels.data.get(),
                                               parts.timeline, parts.backends, &st->queue,
@@ -34,7 +34,7 @@ Status ProcessSet::Create(int id, int seq, std::vector<int> ranks, const Parts& 
 
 bool ProcessSet::ShouldStart(Clock::time_point now, Clock::duration cycle_time, bool global_work,
                              Clock::duration heartbeat, Clock::time_point* wake_at) const {
-  const Controller& c = *controller;
+  const Negotiator& c = *negotiator;
   if (c.has_unsent()) {
     if (!c.shutdown_requested() && executor->busy()) {
       // Let tensors accumulate while a batch runs (the executor wakes us when it is idle).

@@ -1,4 +1,4 @@
-// ProcessSet: one process set as the runtime drives it -- its ranks, channels, queue, controller
+// ProcessSet: one process set as the runtime drives it -- its ranks, channels, queue, negotiator
 // and executor, and when its next negotiation round should start.
 //
 // Threads: `id`, `seq`, `ranks` and `set_rank` never change after creation and `queue` locks
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/batch.h"
-#include "core/controller.h"
 #include "core/executor.h"
+#include "core/negotiator.h"
 #include "core/tensor_queue.h"
 #include "core/transport.h"
 
@@ -25,7 +25,7 @@ class ProcessSet {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // What a member needs to build its controller and executor.
+  // What a member needs to build its negotiator and executor.
   struct Parts {
     const Config* config = nullptr;
     Transport* transport = nullptr;
@@ -35,7 +35,7 @@ class ProcessSet {
   };
 
   // Creates the set's channels (collective over the whole world: every rank calls it, in the same
-  // order) and, on a member, its controller and executor. `seq` is the creation number.
+  // order) and, on a member, its negotiator and executor. `seq` is the creation number.
   static Status Create(int id, int seq, std::vector<int> ranks, const Parts& parts,
                        std::shared_ptr<ProcessSet>* out);
 
@@ -59,7 +59,7 @@ class ProcessSet {
   int set_rank = -1;             // -1: this rank is not a member
   ProcessSetChannels channels;
   TensorQueue queue;
-  std::unique_ptr<Controller> controller;
+  std::unique_ptr<Negotiator> negotiator;
   std::unique_ptr<Executor> executor;
 
   // Control thread only.

@@ -1,7 +1,7 @@
 // ResponseCache: negotiated tensors get a small integer id (a bit) so that steady-state readiness
 // is one bitwise AND over ranks instead of a gather. Every rank holds an identical copy: it changes
 // only while processing the ordered responses of a round (same inputs, same order, same result),
-// and the controller verifies that with a hash exchanged in every round.
+// and the negotiator verifies that with a hash exchanged in every round.
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Runtime: the one object that owns everything -- config, transport, process sets (each with its
-// queue, controller and executor), backends, timeline and the control thread -- and wires them.
+// queue, negotiator and executor), backends, timeline and the control thread -- and wires them.
 // No other globals: tests build several runtimes in one process (threads as ranks).
 //
 // Its code is split by concern: runtime.cc (start-up, enqueue, timeline), runtime_inline.cc

@@ -75,7 +75,7 @@ void Runtime::OnWake() {
     bool started = false;  // a round started in this pass: worth a short spin
     for (auto& sp : sets) {
       ProcessSet& st = *sp;
-      Controller& c = *st.controller;
+      Negotiator& c = *st.negotiator;
       st.queue.DrainInto(&drained_);
       if (!drained_.empty() && !c.has_unsent()) st.first_unsent = now;
       for (auto& e : drained_) c.Submit(std::move(e));
@@ -114,9 +114,9 @@ void Runtime::OnWake() {
     }
     for (auto& sp : sets) {
       ProcessSet& st = *sp;
-      if (st.closed || !st.controller->in_round()) continue;
+      if (st.closed || !st.negotiator->in_round()) continue;
       const bool busy =
-          st.controller->has_pending() || st.controller->has_unsent() || shutting_down_;
+          st.negotiator->has_pending() || st.negotiator->has_unsent() || shutting_down_;
       wake_at = std::min(wake_at, st.NextPoll(now, busy));
     }
     timer_.expires_at(wake_at);
@@ -136,7 +136,7 @@ void Runtime::LetProducersFinish(const std::vector<SetPtr>& sets) {
   auto pending = [&sets] {
     size_t n = 0;
     for (auto& st : sets) {
-      if (!st->controller->in_round()) n += st->queue.pending();
+      if (!st->negotiator->in_round()) n += st->queue.pending();
     }
     return n;
   };
@@ -155,7 +155,7 @@ void Runtime::HandleResult(ProcessSet& st, RoundResult& result, Clock::time_poin
   bool progress = !result.ready.empty() || result.exchanged_requests;
   if (!result.ready.empty()) {
     std::vector<Batch> batches =
-        PlanBatches(std::move(result.ready), config_, st.controller->size());
+        PlanBatches(std::move(result.ready), config_, st.negotiator->size());
     if (!Sequenced(st)) {
       st.executor->Submit(std::move(batches));
     } else if (global_closed_) {
@@ -214,7 +214,7 @@ bool Runtime::ReleaseHeld(const std::vector<uint64_t>& words) {
 }
 
 void Runtime::CheckRoundDeadline(ProcessSet& st, Clock::time_point now) {
-  const auto waited = now - st.controller->round_started();
+  const auto waited = now - st.negotiator->round_started();
   const double waited_s = std::chrono::duration<double>(waited).count();
   const bool warn = !config_.stall_check_disable && waited > Seconds(config_.stall_check_time_s) &&
                     now - st.round_warned > Seconds(config_.stall_check_time_s);
@@ -224,7 +224,7 @@ void Runtime::CheckRoundDeadline(ProcessSet& st, Clock::time_point now) {
   if (!warn && !give_up) return;
   // Name the ranks whose part of the round has not arrived, when the channel can tell.
   std::vector<int> missing;
-  const bool known = st.controller->WaitingFor(&missing) && !missing.empty();
+  const bool known = st.negotiator->WaitingFor(&missing) && !missing.empty();
   const std::string who = known ? fmt::format("ranks {}", missing)
                                 : fmt::format(
                                       "some of the ranks {} (the transport cannot tell "

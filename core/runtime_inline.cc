@@ -19,7 +19,7 @@ bool Runtime::RunsInline(const ProcessSet& st,
   // The timeline records negotiation and the executor's activities: keep its picture whole.
   if (timeline_ && timeline_->active()) return false;
   for (const auto& e : entries) {
-    // Barrier and join stay with the control thread: join changes the controller's state.
+    // Barrier and join stay with the control thread: join changes the negotiator's state.
     if (!IsDataCollective(e->request.op) || e->request.device >= 0 || e->ready_event != nullptr) {
       return false;
     }

@@ -167,7 +167,7 @@ void Runtime::ApplyRemove(const std::shared_ptr<AdminOp>& op) {
   // The members close the set in one of its own rounds (possibly before this one, on a member
   // that saw that round first); FinishRemovals then tells the caller.
   st->removed = [op](Status s) { op->result.set_value(std::move(s)); };
-  if (!st->closed) st->controller->RequestRemoval();
+  if (!st->closed) st->negotiator->RequestRemoval();
 }
 
 void Runtime::FinishRemovals() {

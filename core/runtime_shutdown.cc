@@ -38,14 +38,14 @@ void Runtime::BeginShutdown(const std::string& reason, StatusCode code) {
   if (!reason.empty()) LogError("{}", reason);
   for (auto& st : sets_.All()) {
     st->queue.Close(ShutdownStatus());
-    if (st->member() && !st->closed) st->controller->RequestShutdown(reason);
+    if (st->member() && !st->closed) st->negotiator->RequestShutdown(reason);
   }
 }
 
 void Runtime::CloseSet(ProcessSet& st, const Status& why) {
   st.closed = true;
   st.queue.Close(why);
-  auto pending = st.controller->TakeAllPending();
+  auto pending = st.negotiator->TakeAllPending();
   for (auto& e : st.queue.Drain()) pending.push_back(std::move(e));
   if (!pending.empty()) {
     // Fail them on the executor, after every batch already agreed (callbacks never run here).
@@ -98,7 +98,7 @@ void Runtime::Abandon(const std::string& reason, StatusCode code) {
     st.queue.Close(why);
     if (!st.member() || st.closed) continue;
     st.closed = true;
-    auto pending = st.controller->TakeAllPending();
+    auto pending = st.negotiator->TakeAllPending();
     for (auto& e : st.queue.Drain()) pending.push_back(std::move(e));
     // Peers are gone: the executor may never return, so fail these here.
     for (auto& e : pending) {

@@ -1,5 +1,5 @@
 // Status: the error type used everywhere inside the core. Codes map one to one onto the C API codes
-// (c_api.h) and, in Python, onto the exception classes Horovod raises (API.md 1.11).
+// (c_api.h) and, in Python, onto the exception classes Horovod raises for each.
 #pragma once
 
 #include <string>

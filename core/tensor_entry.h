@@ -55,7 +55,7 @@ struct TensorEntry {
   Completion* completion = nullptr;
   std::shared_ptr<Completion> group_completion;
   std::chrono::steady_clock::time_point enqueued_at;
-  // NameIndex::Hash(request.name); 0 until the queue (or the controller) computes it. Recomputing
+  // NameIndex::Hash(request.name); 0 until the queue (or the negotiator) computes it. Recomputing
   // gives the same value, so a hash that happens to be 0 costs only a second computation.
   uint64_t name_hash = 0;
   HashedName hashed_name() {

@@ -1,6 +1,8 @@
 // Transport: where ranks come from and how a process set gets its channels. One per Runtime.
-// Each transport lives in its own folder (mpi_controller/, local_controller/ for the no-launcher
-// rank 0 of 1 and threads-as-ranks) and is registered at builtins/builtins.cc.
+// Each transport lives in its own folder -- mpi_controller/ (MPI), tcp_controller/ (TCP, Horovod's
+// Gloo), local_controller/ (the in-memory world: the no-launcher rank 0 of 1 and threads-as-ranks);
+// a shared-memory plane will join them -- and is listed, with how it recognises its launch
+// environment and how it is made, at the composition root (builtins/builtins.cc).
 #pragma once
 
 #include <functional>
@@ -33,8 +35,9 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const Topology& topology() const = 0;
-  virtual const char* name() const = 0;  // "mpi", "local"
-  virtual bool is_mpi() const = 0;
+  // "mpi", "gloo", "local": for logs and tests (init() chooses by the builtins list, never by
+  // name).
+  virtual const char* name() const = 0;
   // True when control and execution may run on separate threads (MPI_THREAD_MULTIPLE).
   virtual bool threads_supported() const = 0;
   // Collective over the whole world, called in the same order on every rank: creates the channels

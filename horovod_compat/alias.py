@@ -1,4 +1,4 @@
-"""Run unmodified Horovod scripts on horovod_compat (API.md 4.1).
+"""Run unmodified Horovod scripts on horovod_compat (docs/keras.md, "The horovod import alias").
 
 ``python -m horovod_compat.alias script.py [args...]`` (or ``-m module [args...]``) installs an
 import hook, then runs the script as ``__main__``. The hook maps every ``horovod.<x>`` module name

@@ -72,7 +72,6 @@ class LocalTransport : public Transport {
 
   const Topology& topology() const override { return topology_; }
   const char* name() const override { return "local"; }
-  bool is_mpi() const override { return false; }
   bool threads_supported() const override { return true; }
 
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "core/hash.h"
@@ -11,7 +12,6 @@
 #include "mpi_controller/mpi_context.h"
 #include "mpi_controller/mpi_control_channel.h"
 #include "mpi_controller/mpi_host_comm.h"
-#include "mpi_controller/mpi_liveness.h"
 
 namespace hvdc {
 namespace mpi {
@@ -29,10 +29,35 @@ Status CheckRanks(const std::vector<int>& ranks, int world_size) {
   return Status::OK();
 }
 
+// The world collectives a PeerWatch's set-up needs, over the transport's own communicator.
+class MpiWorldCollectives : public WorldCollectives {
+ public:
+  explicit MpiWorldCollectives(MPI_Comm comm) : comm_(comm) {}
+
+  Status Broadcast(void* buf, int64_t bytes, int root, const char* what) override {
+    return MpiStatus(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_),
+                     Label("MPI_Bcast", what).c_str());
+  }
+
+  Status Allgather(const void* send, int64_t bytes, void* recv, const char* what) override {
+    const int n = static_cast<int>(bytes);
+    return MpiStatus(MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_),
+                     Label("MPI_Allgather", what).c_str());
+  }
+
+ private:
+  // "MPI_Bcast (liveness token)", or the bare call when there is no label.
+  static std::string Label(const char* call, const char* what) {
+    return what && *what ? fmt::format("{} ({})", call, what) : std::string(call);
+  }
+
+  MPI_Comm comm_;
+};
+
 class MpiTransport : public Transport {
  public:
   MpiTransport(std::unique_ptr<MpiContext> context, UniqueComm admin, bool threads_supported,
-               std::unique_ptr<Liveness> liveness)
+               std::unique_ptr<PeerWatch> liveness)
       : context_(std::move(context)),
         admin_(std::move(admin)),
         threads_supported_(threads_supported),
@@ -40,7 +65,6 @@ class MpiTransport : public Transport {
 
   const Topology& topology() const override { return context_->topology(); }
   const char* name() const override { return "mpi"; }
-  bool is_mpi() const override { return true; }
   bool threads_supported() const override { return threads_supported_; }
 
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {
@@ -106,7 +130,7 @@ class MpiTransport : public Transport {
   std::unique_ptr<MpiContext> context_;
   UniqueComm admin_;  // world collectives of the transport itself; nothing else uses it
   const bool threads_supported_;
-  std::unique_ptr<Liveness> liveness_;  // HOROVOD_MPI_LIVENESS (null when off or alone)
+  std::unique_ptr<PeerWatch> liveness_;  // HOROVOD_MPI_LIVENESS (null when off or alone)
   bool finalized_ = false;
   bool told_ = false;
 };
@@ -126,9 +150,10 @@ Status MakeMpiTransport(const Config& config, const MpiTransportOptions& opts,
   HVDC_RETURN_IF_ERROR(mpi::DupWithErrorsReturn(context->world(), &admin));
   const bool threads =
       context->thread_level() == MPI_THREAD_MULTIPLE && !config.mpi_threads_disable;
-  std::unique_ptr<mpi::Liveness> liveness;
-  if (config.mpi_liveness && context->topology().size > 1) {
-    HVDC_RETURN_IF_ERROR(mpi::Liveness::Start(config, admin.get(), context->topology(), &liveness));
+  std::unique_ptr<PeerWatch> liveness;
+  if (opts.peer_watch && config.mpi_liveness && context->topology().size > 1) {
+    mpi::MpiWorldCollectives world(admin.get());
+    HVDC_RETURN_IF_ERROR(opts.peer_watch(config, context->topology(), &world, &liveness));
   }
   *out = std::make_unique<mpi::MpiTransport>(std::move(context), std::move(admin), threads,
                                              std::move(liveness));

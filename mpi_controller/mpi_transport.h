@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/peer_watch.h"
 #include "core/status.h"
 #include "core/transport.h"
 
@@ -20,6 +21,9 @@ struct MpiTransportOptions {
   std::vector<int> ranks;
   // A borrowed MPI_Comm* (hvd.init(comm=mpi4py_comm)); duplicated, never freed by us.
   void* borrowed_comm = nullptr;
+  // The liveness side channel (HOROVOD_MPI_LIVENESS): started over the world when the config asks
+  // for it and the world has more than one rank; null: none. builtins/ supplies it.
+  PeerWatchFactory peer_watch;
 };
 
 // Initializes MPI if nobody has (requesting MPI_THREAD_MULTIPLE, or MPI_THREAD_SERIALIZED when

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tcp_controller/tcp_store.h"
+#include "rendezvous/store.h"
 
 namespace hvdc {
 namespace tcp {
@@ -43,7 +43,7 @@ struct MeshOptions {
   std::vector<std::string> peers;
   // Rendezvous: this rank listens on an ephemeral port of `bind_host` (default: the store's
   // LocalAddress()), publishes "host:port" as rank_<r> and reads the others'.
-  Store* store = nullptr;
+  rendezvous::Store* store = nullptr;
   std::string bind_host;
   // Every hello carries it; a connection with another token is refused (tcp_wire.h: a hash of
   // what every rank must agree on).

@@ -10,7 +10,7 @@
 
 #include "core/hash.h"
 #include "core/logging.h"
-#include "tcp_controller/http_store.h"
+#include "rendezvous/http_store.h"
 #include "tcp_controller/tcp_control_channel.h"
 #include "tcp_controller/tcp_group.h"
 #include "tcp_controller/tcp_host_comm.h"
@@ -33,7 +33,6 @@ class TcpTransport : public Transport {
 
   const Topology& topology() const override { return topology_; }
   const char* name() const override { return "gloo"; }
-  bool is_mpi() const override { return false; }
   bool threads_supported() const override { return true; }
 
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {
@@ -135,10 +134,10 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
       std::chrono::milliseconds(static_cast<int64_t>(config.peer_timeout_s * 1000.0));
   // The runtime ends the job on a lost peer: no operation may stay blocked on a live one.
   options.end_on_loss = true;
-  std::unique_ptr<tcp::HttpStore> store;
+  std::unique_ptr<rendezvous::HttpStore> store;
   if (id.peers.empty()) {
-    HVDC_RETURN_IF_ERROR(tcp::HttpStore::Create(id.rendezvous_host, id.rendezvous_port, "global",
-                                                options.timeout, &store));
+    HVDC_RETURN_IF_ERROR(rendezvous::HttpStore::Create(id.rendezvous_host, id.rendezvous_port,
+                                                       "global", options.timeout, &store));
     store->set_secret(id.secret_key);
     options.store = store.get();
     options.source = "rendezvous";

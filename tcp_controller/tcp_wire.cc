@@ -12,7 +12,7 @@ namespace {
 
 Digest Prove(const char* label, const std::string& key, const uint8_t* hello,
              const Nonce& acceptor_nonce, int acceptor_rank) {
-  HmacSha256 h(key);
+  rendezvous::HmacSha256 h(key);
   h.Update(label, std::strlen(label) + 1);  // with its NUL: the labels never run into the hello
   h.Update(hello, kHelloBytes);
   h.Update(acceptor_nonce.data(), acceptor_nonce.size());
@@ -43,7 +43,7 @@ Nonce RandomNonce() {
 }
 
 uint64_t JobToken(const std::string& what_all_agree_on) {
-  const Digest d = Sha256Of("hvdc-job:" + what_all_agree_on);
+  const Digest d = rendezvous::Sha256Of("hvdc-job:" + what_all_agree_on);
   return GetLe<uint64_t>(d.data());
 }
 
@@ -115,7 +115,7 @@ std::string CheckChallenge(const uint8_t* challenge, const std::string& key, con
   Nonce nonce;
   std::memcpy(nonce.data(), challenge + 16, kNonceBytes);
   const Digest want = AcceptorProof(key, hello, nonce, expected_rank);
-  if (!DigestEqual(want.data(), challenge + 32, want.size())) {
+  if (!rendezvous::DigestEqual(want.data(), challenge + 32, want.size())) {
     return "it does not know the job's secret (HOROVOD_SECRET_KEY differs: a process of another "
            "job, or an impostor)";
   }
@@ -132,7 +132,7 @@ std::string CheckProof(const uint8_t* proof, const std::string& key, const uint8
                        const Nonce& acceptor_nonce, int acceptor_rank) {
   if (GetLe<uint32_t>(proof) != kProofMagic) return "its proof message is garbage";
   const Digest want = ConnectorProof(key, hello, acceptor_nonce, acceptor_rank);
-  if (!DigestEqual(want.data(), proof + 8, want.size())) {
+  if (!rendezvous::DigestEqual(want.data(), proof + 8, want.size())) {
     return "a wrong proof of the job's secret (HOROVOD_SECRET_KEY differs: a process of another "
            "job, or an impostor)";
   }

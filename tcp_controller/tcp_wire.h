@@ -25,10 +25,12 @@
 #include <cstring>
 #include <string>
 
-#include "tcp_controller/hmac_sha256.h"
+#include "rendezvous/hmac_sha256.h"
 
 namespace hvdc {
 namespace tcp {
+
+using rendezvous::Digest;  // the handshake proofs are HMAC-SHA256 digests
 
 constexpr uint32_t kFrameMagic = 0x46445648;      // "HVDF"
 constexpr uint32_t kHelloMagic = 0x48445648;      // "HVDH"

@@ -1,4 +1,4 @@
-"""Backend-independent parts of the Keras frontends (API.md section 2).
+"""Backend-independent parts of the Keras frontends (docs/keras.md).
 
 Keras 3 is handled here; tf_keras (Keras 2.x, ``TF_USE_LEGACY_KERAS=1``) optimizers are
 recognised by their class and handled by ``keras2``.

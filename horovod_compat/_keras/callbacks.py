@@ -1,4 +1,4 @@
-"""Keras callbacks (API.md 2.6), ported to Keras 3: no ``ref()``, ``optimizer.variables`` as a
+"""Keras callbacks (docs/keras.md), ported to Keras 3: no ``ref()``, ``optimizer.variables`` as a
 list, learning rate read and written through ``optimizer.learning_rate``."""
 
 import os

@@ -1,4 +1,4 @@
-"""Keras callbacks that keep an elastic state object current during ``fit`` (API.md 2.7);
+"""Keras callbacks that keep an elastic state object current during ``fit``;
 shared by ``horovod.tensorflow.keras.elastic`` and ``horovod.keras.elastic``."""
 
 from typing import Any, Dict, Optional

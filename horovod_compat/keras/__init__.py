@@ -1,4 +1,4 @@
-"""``horovod.keras`` on Keras 3 and on tf_keras (``TF_USE_LEGACY_KERAS=1``) (API.md section 2);
+"""``horovod.keras`` on Keras 3 and on tf_keras (``TF_USE_LEGACY_KERAS=1``) (docs/keras.md);
 shares the implementation with ``horovod_compat.tensorflow.keras``."""
 
 from typing import Any, Optional

@@ -1,4 +1,4 @@
-"""Keras callbacks of ``horovod.keras`` (API.md 2.6): with Keras 3 both Horovod namespaces share
+"""Keras callbacks of ``horovod.keras`` (docs/keras.md): with Keras 3 both Horovod namespaces share
 one Keras, so these are the classes of ``horovod_compat.tensorflow.keras.callbacks``, except
 ``BestModelCheckpoint`` whose ``horovod.keras`` signature has no ``save_weights_only``."""
 

@@ -1,4 +1,4 @@
-"""Launcher: ``horovodrun`` translated into an ``mpirun`` command line (DESIGN.md "Launching"),
+"""Launcher: ``horovodrun`` translated into an ``mpirun`` command line (docs/keras.md, "horovodrun"),
 and ``run(func, ...)``, Horovod's programmatic launcher."""
 
 from typing import Optional, Sequence

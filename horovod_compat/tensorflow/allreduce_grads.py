@@ -1,4 +1,4 @@
-"""Gradient allreduce shared by DistributedOptimizer and DistributedGradientTape (API.md 1.15)."""
+"""Gradient allreduce shared by DistributedOptimizer and DistributedGradientTape."""
 
 import os
 from typing import Any, Callable, List, Optional, Sequence, Tuple

@@ -1,4 +1,4 @@
-"""Elastic state for TensorFlow (``horovod.tensorflow.elastic``, API.md 1.20).
+"""Elastic state for TensorFlow (``horovod.tensorflow.elastic``; docs/compat.md).
 
 ``TensorFlowState`` and ``TensorFlowKerasState`` keep variables (and any extra keyword values)
 across failures: ``commit()`` copies them to host memory, ``restore()`` assigns the copy back,

@@ -1,4 +1,4 @@
-"""``SyncBatchNormalization`` (API.md 1.19): batch normalization whose training-mode statistics
+"""``SyncBatchNormalization`` (docs/keras.md): batch normalization whose training-mode statistics
 are those of the union of every rank's batch (``sync_moments.global_moments``). Inference uses
 the moving statistics, with no collective.
 

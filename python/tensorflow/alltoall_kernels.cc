@@ -1,5 +1,5 @@
-// HorovodAlltoall: splits are validated here (API.md 1.6: InvalidArgument), the output is
-// allocated by the runtime once the received counts are known.
+// HorovodAlltoall: splits are validated here (bad splits are InvalidArgument, as in Horovod), the
+// output is allocated by the runtime once the received counts are known.
 #include <string>
 
 #include "absl/status/status.h"

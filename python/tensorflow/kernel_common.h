@@ -1,6 +1,7 @@
 // Shared plumbing of the Horovod TensorFlow kernels: dtype and status translation, tensor views,
-// collective naming (API.md 1.9) and CollectiveCall, which owns everything one asynchronous kernel
-// invocation hands to hvdc_enqueue until the runtime's completion callback has run.
+// collective naming (the node name is the key that matches an op across ranks, as in Horovod) and
+// CollectiveCall, which owns everything one asynchronous kernel invocation hands to hvdc_enqueue
+// until the runtime's completion callback has run.
 #ifndef HVDC_PYTHON_TENSORFLOW_KERNEL_COMMON_H_
 #define HVDC_PYTHON_TENSORFLOW_KERNEL_COMMON_H_
 
@@ -34,7 +35,7 @@ extern const char kPeerLostPayload[];
 // TF dtype -> hvdc_dtype; InvalidArgument for types the runtime does not carry.
 Status ToHvdcDtype(tensorflow::DataType dtype, int32_t* out);
 
-// hvdc_status_code + message -> the TF error class Horovod raises (API.md 1.11).
+// hvdc_status_code + message -> the TF error class Horovod raises for it (docs/tensorflow.md).
 Status ToTfStatus(int code, const std::string& message);
 
 // Describes `tensor` (host memory) for the runtime. Empty tensors get a non-null dummy pointer.

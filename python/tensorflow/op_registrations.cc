@@ -1,5 +1,6 @@
 // Op definitions: the names, attributes, dtypes and shape functions of Horovod 0.28.1's TensorFlow
-// ops (API.md 1.8, 1.10), plus bfloat16 for allreduce, allgather, broadcast and reducescatter.
+// ops (so graphs and SavedModels name the same ops), plus bfloat16 for allreduce, allgather,
+// broadcast and reducescatter.
 //
 // Unlike Horovod's, the collectives are marked stateful: otherwise grappler constant-folds a
 // collective whose input is constant (running it once at optimisation time and baking the result

@@ -1,11 +1,9 @@
-// The Controller, with ranks as threads. First driven directly, one Controller per rank over the
+// The Negotiator, with ranks as threads. First driven directly, one Negotiator per rank over the
 // in-memory world's control channels: every rank gets the same responses in the same order, a
 // repeated round travels as cache bits only, the caller's extra words come back ANDed, a tensor
 // waits for every rank, mismatches and shutdown reach every rank. Then through whole runtimes
 // (thread_rank_harness.h): groups whose members are partly cached, evicted or renegotiated
 // complete with the sum over ranks. Every wait is bounded.
-#include "core/controller.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/negotiator.h"
 #include "tests/cpp/thread_rank_harness.h"
 
 namespace hvdc {
@@ -25,37 +24,37 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// ---- Controllers driven directly ----
+// ---- Negotiators driven directly ----
 
-// One rank's controller of the global set of an n-rank in-memory world.
-class RankController {
+// One rank's negotiator of the global set of an n-rank in-memory world.
+class RankNegotiator {
  public:
-  RankController(const std::shared_ptr<LocalWorld>& world, int rank, const Config& config)
+  RankNegotiator(const std::shared_ptr<LocalWorld>& world, int rank, const Config& config)
       : config_(config), transport_(MakeLocalTransport(world, rank)) {
     std::vector<int> ranks(world->size());
     for (int r = 0; r < world->size(); ++r) ranks[r] = r;
     status_ = transport_->CreateProcessSet(ranks, &channels_);
     if (status_.ok()) {
-      controller_ =
-          std::make_unique<Controller>(0, config_, channels_.control.get(), nullptr, ranks);
+      negotiator_ =
+          std::make_unique<Negotiator>(0, config_, channels_.control.get(), nullptr, ranks);
     }
   }
   const Status& status() const { return status_; }
-  Controller& c() { return *controller_; }
+  Negotiator& c() { return *negotiator_; }
 
   std::shared_ptr<TensorEntry> Submit(Request q) {
     auto e = std::make_shared<TensorEntry>();
     e->request = std::move(q);
     e->enqueued_at = Clock::now();
-    controller_->Submit(e);
+    negotiator_->Submit(e);
     return e;
   }
 
   // One round (collective: every rank runs it); false if it did not finish within kWait.
   bool Round(RoundResult* out, const std::vector<uint64_t>& extra = {}) {
-    controller_->StartRound(Clock::now(), extra);
+    negotiator_->StartRound(Clock::now(), extra);
     const auto deadline = Clock::now() + kWait;
-    while (!controller_->Poll(Clock::now(), out)) {
+    while (!negotiator_->Poll(Clock::now(), out)) {
       if (Clock::now() > deadline) return false;
       std::this_thread::sleep_for(50us);
     }
@@ -66,19 +65,19 @@ class RankController {
   Config config_;
   std::unique_ptr<Transport> transport_;
   ProcessSetChannels channels_;
-  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Negotiator> negotiator_;
   Status status_;
 };
 
-// Runs fn(rank, controller) on n threads, each with its own controller.
-void WithControllers(int n, const Config& config,
-                     const std::function<void(int, RankController&)>& fn) {
+// Runs fn(rank, negotiator) on n threads, each with its own negotiator.
+void WithNegotiators(int n, const Config& config,
+                     const std::function<void(int, RankNegotiator&)>& fn) {
   auto world = LocalWorld::Create(n, 30000ms);
   ASSERT_NE(world, nullptr);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      RankController rc(world, r, config);
+      RankNegotiator rc(world, r, config);
       ASSERT_TRUE(rc.status().ok()) << rc.status().ToString();
       fn(r, rc);
     });
@@ -99,19 +98,19 @@ std::vector<std::string> ReadyNames(const RoundResult& res) {
   return names;
 }
 
-class ControllerRounds : public ::testing::TestWithParam<int> {};
+class NegotiatorRounds : public ::testing::TestWithParam<int> {};
 
 // Every rank submits the same tensors in its own order: one round makes all of them ready, in one
 // order shared by every rank, each with this rank's own entry; the same tensors again travel as
 // cache bits only (no exchange of requests), unless the cache is off.
-TEST_P(ControllerRounds, EveryRankGetsTheSameResponsesInTheSameOrder) {
+TEST_P(NegotiatorRounds, EveryRankGetsTheSameResponsesInTheSameOrder) {
   const int n = GetParam();
   const int kTensors = 7;
   for (int64_t capacity : {0, 16}) {
     Config config = SmallConfig();
     config.cache_capacity = capacity;
     std::vector<std::vector<std::vector<std::string>>> names(n);  // [rank][round]
-    WithControllers(n, config, [&](int r, RankController& rc) {
+    WithNegotiators(n, config, [&](int r, RankNegotiator& rc) {
       for (int round = 0; round < 3; ++round) {
         std::map<std::string, std::shared_ptr<TensorEntry>> mine;
         for (int i = 0; i < kTensors; ++i) {
@@ -140,14 +139,14 @@ TEST_P(ControllerRounds, EveryRankGetsTheSameResponsesInTheSameOrder) {
 }
 
 // The caller's extra words come back ANDed over the ranks.
-TEST_P(ControllerRounds, ExtraWordsComeBackAnded) {
+TEST_P(NegotiatorRounds, ExtraWordsComeBackAnded) {
   const int n = GetParam();
   auto word = [](int r, int i) { return ~(uint64_t{1} << ((r * 5 + i * 11) % 64)) ^ (r * 3); };
   std::vector<uint64_t> want(4, ~uint64_t{0});
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < 4; ++i) want[i] &= word(r, i);
   }
-  WithControllers(n, SmallConfig(), [&](int r, RankController& rc) {
+  WithNegotiators(n, SmallConfig(), [&](int r, RankNegotiator& rc) {
     for (int round = 0; round < 2; ++round) {  // an idle round and one with a request
       if (round == 1) rc.Submit(Allreduce("x", 1));
       std::vector<uint64_t> extra;
@@ -161,9 +160,9 @@ TEST_P(ControllerRounds, ExtraWordsComeBackAnded) {
 
 // A tensor is ready only in the round after the last rank submitted it; until then it is
 // pending on the ranks that did.
-TEST_P(ControllerRounds, ATensorWaitsForEveryRank) {
+TEST_P(NegotiatorRounds, ATensorWaitsForEveryRank) {
   const int n = GetParam();
-  WithControllers(n, SmallConfig(), [&](int r, RankController& rc) {
+  WithNegotiators(n, SmallConfig(), [&](int r, RankNegotiator& rc) {
     for (int round = 0; round < n; ++round) {
       if (round == r) rc.Submit(Allreduce("late", 8));  // rank r submits in round r
       RoundResult res;
@@ -178,10 +177,10 @@ TEST_P(ControllerRounds, ATensorWaitsForEveryRank) {
 }
 
 // Ranks that disagree on a tensor's shape all get the same error response for it.
-TEST_P(ControllerRounds, MismatchedShapesFailTheTensorOnEveryRank) {
+TEST_P(NegotiatorRounds, MismatchedShapesFailTheTensorOnEveryRank) {
   const int n = GetParam();
   if (n < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  WithControllers(n, SmallConfig(), [&](int r, RankController& rc) {
+  WithNegotiators(n, SmallConfig(), [&](int r, RankNegotiator& rc) {
     auto entry = rc.Submit(Allreduce("bad", r == n - 1 ? 5 : 4));
     RoundResult res;
     ASSERT_TRUE(rc.Round(&res));
@@ -197,10 +196,10 @@ TEST_P(ControllerRounds, MismatchedShapesFailTheTensorOnEveryRank) {
 
 // A shutdown requested on any one rank ends the round with shutdown on every rank; the
 // coordinator's reason travels with it.
-TEST_P(ControllerRounds, ShutdownOfOneRankReachesEveryRank) {
+TEST_P(NegotiatorRounds, ShutdownOfOneRankReachesEveryRank) {
   const int n = GetParam();
   for (int requester = 0; requester < n; ++requester) {
-    WithControllers(n, SmallConfig(), [&](int r, RankController& rc) {
+    WithNegotiators(n, SmallConfig(), [&](int r, RankNegotiator& rc) {
       if (r == requester) rc.c().RequestShutdown("stop from " + std::to_string(r));
       RoundResult res;
       ASSERT_TRUE(rc.Round(&res));
@@ -212,7 +211,7 @@ TEST_P(ControllerRounds, ShutdownOfOneRankReachesEveryRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, ControllerRounds, ::testing::Values(1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(WorldSizes, NegotiatorRounds, ::testing::Values(1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "np" + std::to_string(info.param);
                          });
@@ -259,7 +258,7 @@ void RunGroupTwice(int n, Config config, const std::vector<int64_t>& counts1,
 // second step finds some members cached (ready through the bit vector) and the others not (sent in
 // full). The coordinator holds full members back until the whole group is ready in its table --
 // which never happens, since the cached members never reach the table.
-TEST(ControllerGroups, GroupWithSomeMembersEvictedFromTheCacheCompletes) {
+TEST(NegotiatorGroups, GroupWithSomeMembersEvictedFromTheCacheCompletes) {
   Config c = SmallConfig();
   c.cache_capacity = 3;
   RunGroupTwice(2, c, {4, 4, 4, 4, 4}, {4, 4, 4, 4, 4});
@@ -268,20 +267,20 @@ TEST(ControllerGroups, GroupWithSomeMembersEvictedFromTheCacheCompletes) {
 // The same with the default cache: one member changes shape between steps (dynamic shapes), so
 // its cache entry is invalidated and it is renegotiated in full while the other member completes
 // from the cache.
-TEST(ControllerGroups, GroupWhoseMemberChangesShapeCompletes) {
+TEST(NegotiatorGroups, GroupWhoseMemberChangesShapeCompletes) {
   RunGroupTwice(2, SmallConfig(), {4, 4}, {4, 6});
 }
 
 // Regression/contrast: with the response cache disabled the same shape change completes (every
 // member is negotiated in full, so the coordinator sees the whole group).
-TEST(ControllerGroups, GroupWhoseMemberChangesShapeWithoutCacheCompletes) {
+TEST(NegotiatorGroups, GroupWhoseMemberChangesShapeWithoutCacheCompletes) {
   Config c = SmallConfig();
   c.cache_capacity = 0;
   RunGroupTwice(2, c, {4, 4}, {4, 6});
 }
 
 // Regression: a group repeated with an unchanged cache completes every time.
-TEST(ControllerGroups, RepeatedGroupFullyCachedCompletes) {
+TEST(NegotiatorGroups, RepeatedGroupFullyCachedCompletes) {
   RunGroupTwice(3, SmallConfig(), {4, 700, 4}, {4, 700, 4});
 }
 

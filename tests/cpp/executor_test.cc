@@ -31,9 +31,9 @@ using Clock = std::chrono::steady_clock;
 // and releasing one set per rank first), rank 0 blocks in C waiting for rank 2, rank 2 in B waiting
 // for rank 1 and rank 1 in A waiting for rank 0: a cycle no rank can leave, since the rounds that
 // would unblock them need the blocked control threads. The in-memory data plane's 5-s arrival
-// timeout turns the cycle into errors here; with MPI it is a hang. (DESIGN.md: "executes ready
-// batches of different sets in ascending set id within a step, so overlapping sets cannot
-// deadlock" -- not so when control and execution share one thread.)
+// timeout turns the cycle into errors here; with MPI it is a hang. (Running ready batches of
+// different sets in ascending set id within a step does not keep overlapping sets from
+// deadlocking when control and execution share one thread: docs/core.md, "Execution order".)
 void OverlappingSetsWithSkewedRounds(bool threads) {
   Config c = SmallConfig();
   WorldOptions o;

@@ -82,7 +82,6 @@ TEST_P(LocalWorldTest, Topology) {
     EXPECT_EQ(topo.cross_size, 1);
     EXPECT_TRUE(topo.homogeneous);
     EXPECT_STREQ(t.name(), "local");
-    EXPECT_FALSE(t.is_mpi());
     EXPECT_TRUE(t.threads_supported());
     t.Finalize();
   });

@@ -116,7 +116,6 @@ TEST(MpiTransport, Topology) {
   EXPECT_EQ(topo.cross_size, 1);
   EXPECT_TRUE(topo.homogeneous);
   EXPECT_STREQ(t->name(), "mpi");
-  EXPECT_TRUE(t->is_mpi());
   EXPECT_EQ(t->threads_supported(), g_provided == MPI_THREAD_MULTIPLE);
   t->Finalize();
   t->Finalize();  // idempotent

@@ -10,8 +10,6 @@
 //   rank 1 stopped (SIGSTOP) instead: the heartbeats catch it.
 // - An orderly job raises no alarm, with the side channel on and off (HOROVOD_MPI_LIVENESS=0):
 //   every rank exits 0 and the debug log says whether the channel was on.
-#include "mpi_controller/mpi_liveness.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -32,6 +30,7 @@
 #include "checked_step.h"
 #include "core/c_api.h"
 #include "core/config.h"
+#include "liveness/liveness.h"
 
 namespace {
 
@@ -308,23 +307,23 @@ TEST(MpiLiveness, OffRunsWithoutIt) {
 TEST(LivenessAddress, PicksAReachableAddress) {
   hvdc::Config config;
   std::string address;
-  ASSERT_TRUE(hvdc::mpi::LivenessAddress(config, true, &address).ok());
+  ASSERT_TRUE(hvdc::liveness::LivenessAddress(config, true, &address).ok());
   EXPECT_EQ(address, "127.0.0.1");  // every rank on this host
   config.gloo_iface = "lo";
-  ASSERT_TRUE(hvdc::mpi::LivenessAddress(config, false, &address).ok());
+  ASSERT_TRUE(hvdc::liveness::LivenessAddress(config, false, &address).ok());
   EXPECT_EQ(address, "127.0.0.1");  // the interface's address, whatever the ranks' hosts
   config.gloo_iface = "no-such-interface0, lo";  // the first listed interface that has one
-  ASSERT_TRUE(hvdc::mpi::LivenessAddress(config, false, &address).ok());
+  ASSERT_TRUE(hvdc::liveness::LivenessAddress(config, false, &address).ok());
   EXPECT_EQ(address, "127.0.0.1");
   config.gloo_iface = "no-such-interface0";
-  const hvdc::Status bad = hvdc::mpi::LivenessAddress(config, false, &address);
+  const hvdc::Status bad = hvdc::liveness::LivenessAddress(config, false, &address);
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("HOROVOD_GLOO_IFACE='no-such-interface0'"), std::string::npos)
       << bad.message();
   EXPECT_NE(bad.message().find("HOROVOD_MPI_LIVENESS=0"), std::string::npos) << bad.message();
   // Several hosts, no interface given: a non-loopback address, or an error saying what to set.
   config.gloo_iface.clear();
-  const hvdc::Status s = hvdc::mpi::LivenessAddress(config, false, &address);
+  const hvdc::Status s = hvdc::liveness::LivenessAddress(config, false, &address);
   if (s.ok()) {
     EXPECT_FALSE(address.empty());
     EXPECT_NE(address.rfind("127.", 0), 0u) << address;

@@ -84,10 +84,10 @@ TEST(ProcessSetTable, CreatedSetsKnowTheirRanksAndMembership) {
       if (set->member()) {
         const auto it = std::find(kSets[id].begin(), kSets[id].end(), r);
         EXPECT_EQ(set->set_rank, static_cast<int>(it - kSets[id].begin()));
-        EXPECT_NE(set->controller, nullptr);
+        EXPECT_NE(set->negotiator, nullptr);
         EXPECT_NE(set->executor, nullptr);
       } else {
-        EXPECT_EQ(set->controller, nullptr);
+        EXPECT_EQ(set->negotiator, nullptr);
       }
     }
   });

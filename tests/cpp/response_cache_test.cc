@@ -191,7 +191,7 @@ TEST(ResponseCache, PutTakesTheLowestFreeBit) {
   EXPECT_FALSE(Cached(c, "t0"));
 }
 
-// The controller trusts a lookup made at the current version(): it must change with every change
+// The negotiator trusts a lookup made at the current version(): it must change with every change
 // of which name holds which bit, and only then.
 TEST(ResponseCache, VersionChangesExactlyWhenABitChangesHands) {
   ResponseCache c(2);

@@ -71,7 +71,6 @@ TEST(TcpTransport, ProcessSetsTalkOnlyAmongMembers) {
   RunRanks(n, [&](int r) {
     Transport& t = *transports[r];
     EXPECT_STREQ(t.name(), "gloo");
-    EXPECT_FALSE(t.is_mpi());
     EXPECT_TRUE(t.threads_supported());
     EXPECT_EQ(t.topology().rank, r);
     EXPECT_EQ(t.topology().size, n);

@@ -1,4 +1,4 @@
-// SHA-256 and HMAC-SHA256 (tcp_controller/hmac_sha256.h): the published vectors of FIPS 180-4's
+// SHA-256 and HMAC-SHA256 (rendezvous/hmac_sha256.h): the published vectors of FIPS 180-4's
 // examples and RFC 4231, every way of feeding the input, and agreement with Python's hmac module
 // (the launcher's side of the signed rendezvous requests) on random keys and messages.
 #include <gtest/gtest.h>
@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "tcp_controller/hmac_sha256.h"
+#include "rendezvous/hmac_sha256.h"
 
 namespace hvdc {
 namespace {
 
-using tcp::HmacSha256Of;
-using tcp::Sha256Of;
-using tcp::ToHex;
+using rendezvous::HmacSha256Of;
+using rendezvous::Sha256Of;
+using rendezvous::ToHex;
 
 std::string Repeat(char c, size_t n) { return std::string(n, c); }
 
@@ -78,7 +78,7 @@ TEST(TcpHmac, PiecewiseUpdateEqualsWhole) {
     for (char& c : data) c = static_cast<char>(gen());
     const std::string whole = ToHex(HmacSha256Of("key", data));
     for (size_t piece : {1, 3, 64, 100}) {
-      tcp::HmacSha256 h("key");
+      rendezvous::HmacSha256 h("key");
       for (size_t at = 0; at < len; at += piece) h.Update(data.substr(at, piece));
       EXPECT_EQ(ToHex(h.Finish()), whole) << len << " in pieces of " << piece;
     }
@@ -87,11 +87,11 @@ TEST(TcpHmac, PiecewiseUpdateEqualsWhole) {
 
 TEST(TcpHmac, DigestEqual) {
   const auto a = Sha256Of("a"), b = Sha256Of("b");
-  EXPECT_TRUE(tcp::DigestEqual(a.data(), a.data(), a.size()));
-  EXPECT_FALSE(tcp::DigestEqual(a.data(), b.data(), a.size()));
+  EXPECT_TRUE(rendezvous::DigestEqual(a.data(), a.data(), a.size()));
+  EXPECT_FALSE(rendezvous::DigestEqual(a.data(), b.data(), a.size()));
   auto c = a;
   c[31] ^= 1;
-  EXPECT_FALSE(tcp::DigestEqual(a.data(), c.data(), a.size()));
+  EXPECT_FALSE(rendezvous::DigestEqual(a.data(), c.data(), a.size()));
 }
 
 // Python's hmac computes the same on random keys (0..200 bytes) and messages (0..300 bytes).

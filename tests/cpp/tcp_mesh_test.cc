@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "tcp_controller/http_store.h"
+#include "rendezvous/http_store.h"
 #include "tcp_test_util.h"
 
 namespace hvdc {
@@ -156,7 +156,7 @@ TEST(TcpMesh, PeerClosingFailsWaitersWithItsName) {
 }
 
 TEST(TcpMesh, RendezvousTimeoutNamesMissingRanks) {
-  tcp::InMemoryStore store;
+  rendezvous::InMemoryStore store;
   const int n = 4;
   std::vector<Status> status(2);
   RunRanks(2, [&](int r) {  // ranks 2 and 3 never start
@@ -199,7 +199,7 @@ TEST(TcpMesh, BadPeerEntries) {
 }
 
 TEST(TcpMesh, WrongJobTokenIsRefused) {
-  tcp::InMemoryStore store;
+  rendezvous::InMemoryStore store;
   std::vector<Status> status(2);
   RunRanks(2, [&](int r) {
     auto o = tcp_test::StoreOptions(&store, r, 2, std::chrono::milliseconds(500));
@@ -212,7 +212,7 @@ TEST(TcpMesh, WrongJobTokenIsRefused) {
 }
 
 TEST(TcpMesh, WrongSecretIsRefusedBothWays) {
-  tcp::InMemoryStore store;
+  rendezvous::InMemoryStore store;
   std::vector<Status> status(2);
   RunRanks(2, [&](int r) {
     auto o = tcp_test::StoreOptions(&store, r, 2, std::chrono::milliseconds(1000));
@@ -233,7 +233,7 @@ TEST(TcpMesh, WrongSecretIsRefusedBothWays) {
 // Asked to listen on every interface, a rank still publishes an address the others can reach
 // (the store's local address); after set-up nothing listens any more.
 TEST(TcpMesh, BindAllPublishesTheStoreAddressAndStopsListeningAfterSetUp) {
-  tcp::InMemoryStore store;
+  rendezvous::InMemoryStore store;
   const int n = 3;
   std::vector<std::shared_ptr<Mesh>> meshes(n);
   RunRanks(n, [&](int r) {
@@ -468,9 +468,9 @@ TEST(TcpMesh, HttpStoreRendezvous) {
   const int n = 3;
   std::vector<std::shared_ptr<Mesh>> meshes(n);
   RunRanks(n, [&](int r) {
-    std::unique_ptr<tcp::HttpStore> store;
-    Status s = tcp::HttpStore::Create("127.0.0.1", server.port(), "global",
-                                      std::chrono::seconds(30), &store);
+    std::unique_ptr<rendezvous::HttpStore> store;
+    Status s = rendezvous::HttpStore::Create("127.0.0.1", server.port(), "global",
+                                             std::chrono::seconds(30), &store);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(store->LocalAddress(), "127.0.0.1");
     s = Mesh::Create(tcp_test::StoreOptions(store.get(), r, n), &meshes[r]);
@@ -484,8 +484,9 @@ TEST(TcpMesh, UnreachableRendezvousService) {
   std::string host;
   int port = 0;
   ASSERT_TRUE(tcp::ParseHostPort(free[0], "x", &host, &port).ok());
-  std::unique_ptr<tcp::HttpStore> store;
-  Status s = tcp::HttpStore::Create(host, port, "global", std::chrono::milliseconds(300), &store);
+  std::unique_ptr<rendezvous::HttpStore> store;
+  Status s =
+      rendezvous::HttpStore::Create(host, port, "global", std::chrono::milliseconds(300), &store);
   EXPECT_EQ(s.code(), StatusCode::kUnknownError);
   EXPECT_NE(s.message().find("HOROVOD_GLOO_RENDEZVOUS_ADDR"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(free[0]), std::string::npos) << s.message();
@@ -501,7 +502,7 @@ namespace {
 // 0 waits on rank 1, alive but silent, when rank 2 (which sends no heartbeats) is found lost.
 TEST(TcpMesh, EndOnLossFailsWaitsOnLivePeers) {
   const int n = 3;
-  tcp::InMemoryStore store;
+  rendezvous::InMemoryStore store;
   std::vector<std::shared_ptr<Mesh>> meshes(n);
   RunRanks(n, [&](int r) {
     tcp::MeshOptions o = tcp_test::StoreOptions(&store, r, n);
@@ -538,7 +539,7 @@ TEST(TcpMesh, HeartbeatsKeepIdlePeersAndReportLoss) {
   // test beside it on two cores, the exchange below starved the I/O threads past 0.3 s and later
   // past 2 s (false alarms of the test's own making: CI, 2026-11-26).
   const auto peer_timeout = std::chrono::milliseconds(tcp_test::kSanitizedBuild ? 8000 : 2000);
-  tcp::InMemoryStore store;
+  rendezvous::InMemoryStore store;
   std::vector<std::shared_ptr<tcp::Mesh>> meshes(n);
   tcp_test::RunRanks(n, [&](int r) {
     tcp::MeshOptions o = tcp_test::StoreOptions(&store, r, n);

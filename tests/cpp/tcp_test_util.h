@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "rendezvous/store.h"
 #include "tcp_controller/tcp_mesh.h"
-#include "tcp_controller/tcp_store.h"
 #include "tcp_controller/tcp_wire.h"
 
 namespace hvdc {
@@ -77,7 +77,7 @@ inline std::string ConnectorHandshake(boost::asio::ip::tcp::socket& s, int rank,
   return tcp::CheckAck(ack, acceptor);
 }
 
-inline tcp::MeshOptions StoreOptions(tcp::Store* store, int rank, int size,
+inline tcp::MeshOptions StoreOptions(rendezvous::Store* store, int rank, int size,
                                      std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   tcp::MeshOptions o;
   o.rank = rank;
@@ -91,7 +91,7 @@ inline tcp::MeshOptions StoreOptions(tcp::Store* store, int rank, int size,
 
 // Builds one mesh per rank (concurrently) over an in-memory store; fails the test on error.
 inline std::vector<std::shared_ptr<tcp::Mesh>> MakeMeshes(int size) {
-  tcp::InMemoryStore store;
+  rendezvous::InMemoryStore store;
   std::vector<std::shared_ptr<tcp::Mesh>> meshes(size);
   RunRanks(size, [&](int r) {
     Status s = tcp::Mesh::Create(StoreOptions(&store, r, size), &meshes[r]);

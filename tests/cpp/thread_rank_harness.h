@@ -111,7 +111,6 @@ class HarnessTransport : public Transport {
       : inner_(std::move(inner)), threads_(threads), gates_(std::move(gates)) {}
   const Topology& topology() const override { return inner_->topology(); }
   const char* name() const override { return inner_->name(); }
-  bool is_mpi() const override { return inner_->is_mpi(); }
   bool threads_supported() const override { return threads_; }
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {
     HVDC_RETURN_IF_ERROR(inner_->CreateProcessSet(world_ranks, out));

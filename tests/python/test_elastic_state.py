@@ -1,4 +1,4 @@
-"""Elastic state objects (API.md 1.20, 2.7) outside an elastic job: commit/restore/sync,
+"""Elastic state objects (docs/compat.md) outside an elastic job: commit/restore/sync,
 attributes for the extra keyword values, reset callbacks, host-update checks, and the Keras
 elastic callbacks in fit (Keras 3 here; tf_keras in tf_keras_job.py)."""
 

@@ -76,7 +76,7 @@ def test_backward_passes_per_step(run_eagerly, average):
         ref_w, ref_b = ref_w - LR * total_w, ref_b - LR * total_b
     np.testing.assert_allclose(w, ref_w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(b, ref_b, rtol=1e-5, atol=1e-5)
-    # iterations advances on every pass (API.md 1.18), not only on the applying ones.
+    # iterations advances on every pass (as in Horovod), not only on the applying ones.
     assert int(opt.iterations.numpy()) == epochs * passes
     assert int(opt._agg_helper.counter.numpy()) == 0
 

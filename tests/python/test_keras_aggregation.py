@@ -1,4 +1,4 @@
-"""Keras 3 DistributedOptimizer with backward_passes_per_step > 1 (API.md 1.18): weights equal a
+"""Keras 3 DistributedOptimizer with backward_passes_per_step > 1 (docs/compat.md): weights equal a
 single-process run fed the same accumulated global-batch gradients, ``iterations`` advances on
 every pass, ``opt._agg_helper.counter`` is ``steps % backward_passes_per_step``, and embedding
 (IndexedSlices) gradients work with ``sparse_as_dense=True``. tf_keras: tests/python/tf_keras_job.py."""

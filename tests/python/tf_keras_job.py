@@ -113,7 +113,7 @@ def check_backward_passes(flavour, average):
           shuffle=False, verbose=0)
     got = m.get_weights()
     assert_same_on_all_ranks(got)
-    # iterations advances on every pass (API.md 1.18); the helper's counter is steps % passes.
+    # iterations advances on every pass (as in Horovod); the helper's counter is steps % passes.
     assert int(opt.iterations.numpy()) == epochs * passes
     assert int(opt._agg_helper.counter.numpy()) == 0
 

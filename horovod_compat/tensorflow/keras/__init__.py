@@ -1,5 +1,5 @@
 """``horovod.tensorflow.keras`` on Keras 3 and on tf_keras (``TF_USE_LEGACY_KERAS=1``)
-(API.md section 2)."""
+(docs/keras.md)."""
 
 from typing import Any, Optional
 

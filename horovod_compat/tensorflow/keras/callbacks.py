@@ -1,4 +1,4 @@
-"""Keras callbacks of ``horovod.tensorflow.keras`` (API.md 2.6)."""
+"""Keras callbacks of ``horovod.tensorflow.keras`` (docs/keras.md, "Callbacks")."""
 
 from typing import Any, Callable, Optional, Union
 

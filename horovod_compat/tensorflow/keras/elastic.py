@@ -1,4 +1,4 @@
-"""Elastic state and callbacks for Keras (``horovod.tensorflow.keras.elastic``, API.md 2.7)."""
+"""Elastic state and callbacks for Keras (``horovod.tensorflow.keras.elastic``)."""
 
 from typing import Any
 

@@ -1,4 +1,4 @@
-#include "core/controller.h"
+#include "core/negotiator.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,7 +22,7 @@ const char* kJoinName = "join.noname";
 
 }  // namespace
 
-Controller::Controller(int set_id, const Config& config, ControlChannel* channel,
+Negotiator::Negotiator(int set_id, const Config& config, ControlChannel* channel,
                        Timeline* timeline, std::vector<int> world_ranks)
     : set_id_(set_id),
       config_(config),
@@ -33,21 +33,21 @@ Controller::Controller(int set_id, const Config& config, ControlChannel* channel
   if (channel_->rank() == 0) table_ = std::make_unique<MessageTable>(world_ranks_);
 }
 
-void Controller::Submit(std::shared_ptr<TensorEntry> entry) { unsent_.push_back(std::move(entry)); }
+void Negotiator::Submit(std::shared_ptr<TensorEntry> entry) { unsent_.push_back(std::move(entry)); }
 
-void Controller::RequestShutdown(const std::string& reason) {
+void Negotiator::RequestShutdown(const std::string& reason) {
   if (shutdown_requested_) return;
   shutdown_requested_ = true;
   shutdown_reason_ = reason;
 }
 
-bool Controller::HoldsBit(const TensorEntry& e, std::string_view name) const {
+bool Negotiator::HoldsBit(const TensorEntry& e, std::string_view name) const {
   // Unchanged since the lookup: no need to compare the name again.
   if (e.cache_version == cache_.version()) return true;
   return cache_.Has(e.cache_bit) && cache_.Get(e.cache_bit).name == name;
 }
 
-void Controller::BuildBits(Clock::time_point now) {
+void Negotiator::BuildBits(Clock::time_point now) {
   const size_t w = cache_.words();
   bits_.assign(2 * w + 3, 0);
   for (size_t i = 0; i < w; ++i) bits_[w + i] = ~0ULL;
@@ -130,7 +130,7 @@ void Controller::BuildBits(Clock::time_point now) {
   bits_[2 * w + 2] = ~sent_hash_;
 }
 
-void Controller::StartRound(Clock::time_point now, const std::vector<uint64_t>& extra) {
+void Negotiator::StartRound(Clock::time_point now, const std::vector<uint64_t>& extra) {
   round_started_ = now;
   if (timeline_ && timeline_->active() && set_id_ == 0) timeline_->MarkCycleStart();
   BuildBits(now);
@@ -143,7 +143,7 @@ void Controller::StartRound(Clock::time_point now, const std::vector<uint64_t>& 
   phase_ = Phase::kBits;
 }
 
-Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* out) {
+Status Negotiator::OnBits(Clock::time_point now, bool* finished, RoundResult* out) {
   const size_t w = cache_.words();
   if (bits_[2 * w + 1] != sent_hash_ || bits_[2 * w + 2] != ~sent_hash_) {
     return Status::UnknownError(fmt::format(
@@ -222,7 +222,7 @@ Status Controller::OnBits(Clock::time_point now, bool* finished, RoundResult* ou
   return Status::OK();
 }
 
-Status Controller::OnGather(Clock::time_point now) {
+Status Negotiator::OnGather(Clock::time_point now) {
   blob_.clear();
   if (rank() == 0) {
     ResponseList list;
@@ -268,7 +268,7 @@ Status Controller::OnGather(Clock::time_point now) {
   return Status::OK();
 }
 
-Status Controller::OnResponses(ResponseList&& list, RoundResult* out) {
+Status Negotiator::OnResponses(ResponseList&& list, RoundResult* out) {
   const size_t n_cached = cached_ready_.size();
   if (list.responses.size() < n_cached) {
     return Status::UnknownError("coordinator answered fewer responses than the cache agreed on");
@@ -297,7 +297,7 @@ Status Controller::OnResponses(ResponseList&& list, RoundResult* out) {
   return Status::OK();
 }
 
-void Controller::AddReady(SharedResponse resp, uint64_t name_hash, RoundResult* out) {
+void Negotiator::AddReady(SharedResponse resp, uint64_t name_hash, RoundResult* out) {
   std::shared_ptr<TensorEntry> entry;
   if (resp->op == OpType::kJoin) {
     entry = std::move(join_);
@@ -308,13 +308,13 @@ void Controller::AddReady(SharedResponse resp, uint64_t name_hash, RoundResult* 
   out->ready.push_back(BatchItem{std::move(resp), std::move(entry)});
 }
 
-void Controller::Fail(const Status& status, RoundResult* out) {
+void Negotiator::Fail(const Status& status, RoundResult* out) {
   out->shutdown = true;
   out->shutdown_reason = status.message();
   out->shutdown_code = status.code();
 }
 
-bool Controller::Poll(Clock::time_point now, RoundResult* out) {
+bool Negotiator::Poll(Clock::time_point now, RoundResult* out) {
   while (phase_ != Phase::kIdle) {
     Status s;
     if (!op_->Test(&s)) return false;
@@ -361,7 +361,7 @@ bool Controller::Poll(Clock::time_point now, RoundResult* out) {
   return false;
 }
 
-bool Controller::WaitingFor(std::vector<int>* world_ranks) const {
+bool Negotiator::WaitingFor(std::vector<int>* world_ranks) const {
   std::vector<int> missing;
   if (!op_ || !op_->Missing(&missing)) return false;
   world_ranks->clear();
@@ -369,7 +369,7 @@ bool Controller::WaitingFor(std::vector<int>* world_ranks) const {
   return true;
 }
 
-void Controller::CheckStalls(Clock::time_point now) {
+void Negotiator::CheckStalls(Clock::time_point now) {
   if (config_.stall_check_disable || !table_ || table_->empty()) return;
   const auto age = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config_.stall_check_time_s));
@@ -406,7 +406,7 @@ void Controller::CheckStalls(Clock::time_point now) {
   }
 }
 
-std::vector<std::shared_ptr<TensorEntry>> Controller::TakeAllPending() {
+std::vector<std::shared_ptr<TensorEntry>> Negotiator::TakeAllPending() {
   std::vector<std::shared_ptr<TensorEntry>> all = std::move(unsent_);
   unsent_.clear();
   for (auto& e : pending_.TakeAll()) all.push_back(std::move(e));

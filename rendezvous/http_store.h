@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "tcp_controller/tcp_store.h"
+#include "rendezvous/store.h"
 
 namespace hvdc {
-namespace tcp {
+namespace rendezvous {
 
 class HttpStore : public Store {
  public:
@@ -47,5 +47,5 @@ class HttpStore : public Store {
   std::string secret_;
 };
 
-}  // namespace tcp
+}  // namespace rendezvous
 }  // namespace hvdc

@@ -1,10 +1,10 @@
-#include "tcp_controller/hmac_sha256.h"
+#include "rendezvous/hmac_sha256.h"
 
 #include <algorithm>
 #include <cstring>
 
 namespace hvdc {
-namespace tcp {
+namespace rendezvous {
 namespace {
 
 // FIPS 180-4 section 4.2.2: the first 32 bits of the fractional parts of the cube roots of the
@@ -162,5 +162,5 @@ bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t bytes) {
   return diff == 0;
 }
 
-}  // namespace tcp
+}  // namespace rendezvous
 }  // namespace hvdc

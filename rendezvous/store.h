@@ -10,7 +10,7 @@
 #include "core/status.h"
 
 namespace hvdc {
-namespace tcp {
+namespace rendezvous {
 
 class Store {
  public:
@@ -47,5 +47,5 @@ class InMemoryStore : public Store {
   std::map<std::string, std::string> values_;
 };
 
-}  // namespace tcp
+}  // namespace rendezvous
 }  // namespace hvdc

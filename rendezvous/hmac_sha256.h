@@ -8,7 +8,7 @@
 #include <string>
 
 namespace hvdc {
-namespace tcp {
+namespace rendezvous {
 
 using Digest = std::array<uint8_t, 32>;
 
@@ -51,5 +51,5 @@ std::string ToHex(const Digest& d);
 // Compares without an early exit (the time does not tell how many leading bytes matched).
 bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t bytes);
 
-}  // namespace tcp
+}  // namespace rendezvous
 }  // namespace hvdc

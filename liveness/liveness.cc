@@ -1,4 +1,4 @@
-#include "mpi_controller/mpi_liveness.h"
+#include "liveness/liveness.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -12,17 +12,17 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
 
-#include "mpi_controller/mpi_context.h"
+#include "rendezvous/store.h"
 #include "tcp_controller/tcp_identity.h"
 #include "tcp_controller/tcp_mesh.h"
-#include "tcp_controller/tcp_store.h"
 
 namespace hvdc {
-namespace mpi {
+namespace liveness {
 namespace {
 
 constexpr const char* kHint =
@@ -69,14 +69,15 @@ std::string FirstInterfaceAddress() {
   return found;
 }
 
-// The rendezvous Store of the mesh, answered by one MPI_Allgather: Set("rank_<r>", "host:port")
-// gathers every rank's entry; a rank that could not listen joins with an empty one (Abstain()).
-class AllgatherStore : public tcp::Store {
+// The rendezvous Store of the mesh, answered by one allgather over the watched world:
+// Set("rank_<r>", "host:port") gathers every rank's entry; a rank that could not listen joins with
+// an empty one (Abstain()).
+class AllgatherStore : public rendezvous::Store {
  public:
   static constexpr int kEntryBytes = 256;
 
-  AllgatherStore(MPI_Comm comm, int rank, int size, std::string address)
-      : comm_(comm), rank_(rank), size_(size), address_(std::move(address)) {}
+  AllgatherStore(WorldCollectives* world, int rank, int size, std::string address)
+      : world_(world), rank_(rank), size_(size), address_(std::move(address)) {}
 
   Status Set(const std::string& key, const std::string& value) override {
     if (key != fmt::format("rank_{}", rank_) || value.empty() ||
@@ -117,9 +118,7 @@ class AllgatherStore : public tcp::Store {
     gathered_ = true;
     std::vector<char> mine(kEntryBytes, '\0'), all(static_cast<size_t>(kEntryBytes) * size_);
     std::memcpy(mine.data(), value.data(), value.size());
-    HVDC_RETURN_IF_ERROR(MpiStatus(
-        MPI_Allgather(mine.data(), kEntryBytes, MPI_CHAR, all.data(), kEntryBytes, MPI_CHAR, comm_),
-        "MPI_Allgather"));
+    HVDC_RETURN_IF_ERROR(world_->Allgather(mine.data(), kEntryBytes, all.data(), ""));
     for (int q = 0; q < size_; ++q) {
       const char* entry = all.data() + static_cast<size_t>(q) * kEntryBytes;
       values_[fmt::format("rank_{}", q)] = std::string(entry, strnlen(entry, kEntryBytes));
@@ -127,7 +126,7 @@ class AllgatherStore : public tcp::Store {
     return Status::OK();
   }
 
-  MPI_Comm comm_;
+  WorldCollectives* const world_;
   const int rank_, size_;
   const std::string address_;
   bool gathered_ = false;
@@ -142,6 +141,32 @@ Status Relabel(const Status& lost) {
   return Status::UnknownError(
       fmt::format("MPI liveness side channel (HOROVOD_MPI_LIVENESS): {}", message));
 }
+
+// The side channel: the mesh, relabelling its losses as the liveness side channel's.
+class Liveness : public PeerWatch {
+ public:
+  Liveness(std::shared_ptr<tcp::Mesh> mesh, std::string description)
+      : mesh_(std::move(mesh)), description_(std::move(description)) {}
+  ~Liveness() override { Close(); }
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+
+  void SetPeerLostHandler(Transport::PeerLostHandler handler) override {
+    if (!handler) {
+      mesh_->SetPeerLostHandler(nullptr);
+      return;
+    }
+    mesh_->SetPeerLostHandler(
+        [handler = std::move(handler)](const Status& lost) { handler(Relabel(lost)); });
+  }
+
+  void Close() override { mesh_->Close(); }
+  const std::string& description() const override { return description_; }
+
+ private:
+  std::shared_ptr<tcp::Mesh> mesh_;
+  const std::string description_;
+};
 
 }  // namespace
 
@@ -181,13 +206,8 @@ Status LivenessAddress(const Config& config, bool single_host, std::string* addr
   return Status::OK();
 }
 
-Liveness::Liveness(std::shared_ptr<tcp::Mesh> mesh, std::string description)
-    : mesh_(std::move(mesh)), description_(std::move(description)) {}
-
-Liveness::~Liveness() { Close(); }
-
-Status Liveness::Start(const Config& config, MPI_Comm world, const Topology& topology,
-                       std::unique_ptr<Liveness>* out) {
+Status Start(const Config& config, const Topology& topology, WorldCollectives* world,
+             std::unique_ptr<PeerWatch>* out) {
   out->reset();
   // A token of this job's, so a stray connection from another job is refused.
   uint64_t token = 0;
@@ -195,8 +215,7 @@ Status Liveness::Start(const Config& config, MPI_Comm world, const Topology& top
     std::random_device rd;
     token = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
-  HVDC_RETURN_IF_ERROR(
-      MpiStatus(MPI_Bcast(&token, 1, MPI_UINT64_T, 0, world), "MPI_Bcast (liveness token)"));
+  HVDC_RETURN_IF_ERROR(world->Broadcast(&token, sizeof(token), 0, "liveness token"));
 
   std::string address;
   Status s = LivenessAddress(config, topology.local_size == topology.size, &address);
@@ -221,8 +240,7 @@ Status Liveness::Start(const Config& config, MPI_Comm world, const Topology& top
   // running with a partial mesh (or stuck in the next MPI call).
   int ok = s.ok() ? 1 : 0;
   std::vector<int> oks(topology.size, 0);
-  HVDC_RETURN_IF_ERROR(MpiStatus(MPI_Allgather(&ok, 1, MPI_INT, oks.data(), 1, MPI_INT, world),
-                                 "MPI_Allgather (liveness set-up)"));
+  HVDC_RETURN_IF_ERROR(world->Allgather(&ok, sizeof(ok), oks.data(), "liveness set-up"));
   std::vector<int> failed;
   for (int q = 0; q < topology.size; ++q) {
     if (!oks[q]) failed.push_back(q);
@@ -234,22 +252,11 @@ Status Liveness::Start(const Config& config, MPI_Comm world, const Topology& top
                     "errors); {}",
                     fmt::join(failed, ", "), kHint));
   }
-  out->reset(
-      new Liveness(std::move(mesh), fmt::format("rank {} at {}, heartbeat timeout {:g} s",
-                                                topology.rank, address, config.peer_timeout_s)));
+  *out = std::make_unique<Liveness>(
+      std::move(mesh), fmt::format("rank {} at {}, heartbeat timeout {:g} s", topology.rank,
+                                   address, config.peer_timeout_s));
   return Status::OK();
 }
 
-void Liveness::SetPeerLostHandler(Transport::PeerLostHandler handler) {
-  if (!handler) {
-    mesh_->SetPeerLostHandler(nullptr);
-    return;
-  }
-  mesh_->SetPeerLostHandler(
-      [handler = std::move(handler)](const Status& lost) { handler(Relabel(lost)); });
-}
-
-void Liveness::Close() { mesh_->Close(); }
-
-}  // namespace mpi
+}  // namespace liveness
 }  // namespace hvdc

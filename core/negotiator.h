@@ -1,4 +1,4 @@
-// Controller: the negotiation algorithm for one process set, written once over a ControlChannel.
+// Negotiator: the negotiation algorithm for one process set, written once over a ControlChannel.
 //
 // A round: every member ANDs a bit vector (ready bits of cached tensors, valid bits, status flags,
 // the cache hash). When no rank has anything uncached and nobody asks to shut down, the AND alone
@@ -44,10 +44,10 @@ struct RoundResult {
   std::vector<uint64_t> extra;
 };
 
-class Controller {
+class Negotiator {
  public:
   using Clock = std::chrono::steady_clock;
-  Controller(int set_id, const Config& config, ControlChannel* channel, Timeline* timeline,
+  Negotiator(int set_id, const Config& config, ControlChannel* channel, Timeline* timeline,
              std::vector<int> world_ranks);
 
   int set_id() const { return set_id_; }

@@ -1,4 +1,4 @@
-#include "tcp_controller/http_store.h"
+#include "rendezvous/http_store.h"
 
 #include <fmt/format.h>
 
@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <thread>
 
-#include "tcp_controller/hmac_sha256.h"
+#include "rendezvous/hmac_sha256.h"
 
 namespace hvdc {
-namespace tcp {
+namespace rendezvous {
 namespace {
 
 namespace asio = boost::asio;
@@ -188,5 +188,5 @@ Status HttpStore::Get(const std::string& key, std::string* value, bool* found) {
   return Status::OK();
 }
 
-}  // namespace tcp
+}  // namespace rendezvous
 }  // namespace hvdc
