@@ -59,10 +59,13 @@ class Meeting {
                                              HostComm::CollectiveName(kind), &slot_));
     Status same = rendezvous_->CheckSameKind(*slot_, seq_, KindName);
     if (!same.ok()) return Finish(std::move(same));
+    // A barrier has no arguments to refuse, and its members leave without a Sync: a peer's Call
+    // may be gone already, so it is not read.
+    if (kind == HostComm::Collective::kBarrier) return Status::OK();
     for (int r = 0; r < static_cast<int>(slot_->args.size()); ++r) {
       const Status* refused = peer(r).refused;
-      if (refused != nullptr)
-        return Finish(r == rank_ ? *refused : refused->WithOrigin(world_rank(r)));
+      if (refused == nullptr) continue;
+      return Finish(r == rank_ ? *refused : refused->WithOrigin(world_rank(r)));
     }
     return Status::OK();
   }
