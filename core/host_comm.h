@@ -1,8 +1,15 @@
 // HostComm: the data-plane primitives a CPU backend needs, over host memory, for one process set.
 // Implemented by each transport: mpi_controller/ (MPI communicators), tcp_controller/ (ring and
 // tree algorithms over TCP) and local_controller/ (threads in one process, for tests and the
-// single-rank runtime); a shared-memory plane will be another. All calls are blocking and
-// collective over the set, and are made from one executor thread per process set.
+// single-rank runtime), and by SelfComm (one-member sets); a shared-memory plane will be another.
+// All calls are blocking and collective over the set, and are made from one executor thread per
+// process set.
+//
+// Every call goes through the public methods below, which check this rank's own arguments -- the
+// same rules and messages over every transport (InvalidArgument) -- and only then run the
+// implementation's Do* hook, so an implementation sees valid arguments only. Whether the ranks'
+// arguments agree with each other is the negotiation's business; an implementation may check that
+// too (PreconditionError).
 #pragma once
 
 #include <cstdint>
@@ -15,28 +22,59 @@ namespace hvdc {
 
 class HostComm {
  public:
+  enum class Collective {
+    kAllreduce,
+    kAllgatherv,
+    kBroadcast,
+    kAlltoallv,
+    kReduceScatter,
+    kBarrier
+  };
+  static const char* CollectiveName(Collective c);  // "Allreduce", ...
+
   virtual ~HostComm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
   // recv[i] = op over ranks of send[i]; send == recv means in place. op is Sum, Min, Max or
-  // Product (Average is folded into a postscale by the caller). Any count (>= 0) is accepted.
-  virtual Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
-                           ReduceOp op) = 0;
-  // Concatenates every rank's send bytes in rank order; recv_bytes[r] is rank r's length.
-  virtual Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                            const std::vector<int64_t>& recv_bytes) = 0;
+  // Product (Average is accepted as Sum: the caller folds the division into a postscale). Any
+  // count (>= 0) is accepted.
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
+  // Concatenates every rank's send bytes in rank order; recv_bytes[r] is rank r's length (so
+  // recv_bytes[rank()] == send_bytes).
+  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes);
   // Replaces buf on every rank with root's bytes (root is a rank within this set).
-  virtual Status Broadcast(void* buf, int64_t bytes, int root) = 0;
+  Status Broadcast(void* buf, int64_t bytes, int root);
   // send_bytes[r]: bytes of send (consecutive blocks, rank order) for rank r; recv_bytes[r]:
-  // bytes received from rank r, placed consecutively in rank order.
-  virtual Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                           const std::vector<int64_t>& recv_bytes) = 0;
+  // bytes received from rank r, placed consecutively in rank order (so a rank sends itself what
+  // it receives from itself).
+  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                   const std::vector<int64_t>& recv_bytes);
   // Reduces send (sum over ranks of recv_counts elements) and leaves block r on rank r.
-  virtual Status ReduceScatter(const void* send, void* recv,
-                               const std::vector<int64_t>& recv_counts, DataType dtype,
-                               ReduceOp op) = 0;
-  virtual Status Barrier() = 0;
+  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op);
+  Status Barrier() { return DoBarrier(); }
+
+ protected:
+  // The collectives, called with arguments that passed the checks above.
+  virtual Status DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                             ReduceOp op) = 0;
+  virtual Status DoAllgatherv(const void* send, int64_t send_bytes, void* recv,
+                              const std::vector<int64_t>& recv_bytes) = 0;
+  virtual Status DoBroadcast(void* buf, int64_t bytes, int root) = 0;
+  virtual Status DoAlltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                             const std::vector<int64_t>& recv_bytes) = 0;
+  virtual Status DoReduceScatter(const void* send, void* recv,
+                                 const std::vector<int64_t>& recv_counts, DataType dtype,
+                                 ReduceOp op) = 0;
+  virtual Status DoBarrier() = 0;
+
+  // Runs instead of the Do* hook when this rank's arguments failed the check, with that error,
+  // which it returns. By default nothing reaches the peers (their matching calls are left to fail
+  // or wait as they would for any other local error). A data plane that promises the same
+  // verdict on every member overrides it to take part in the call and share the error.
+  virtual Status Refuse(Collective c, Status error);
 };
 
 }  // namespace hvdc

@@ -169,15 +169,8 @@ Status Runtime::Enqueue(int32_t process_set_id, EnqueueItem* items, size_t count
       q.group = group;
     }
     auto e = group_completion ? NewEntry(group_completion) : NewEntry(std::move(done));
-    e->request = std::move(q);
+    static_cast<EnqueueItem&>(*e) = std::move(item);  // the request as the C API translated it
     e->process_set_id = process_set_id;
-    e->input = item.input;
-    e->output = item.output;
-    e->allocate = std::move(item.allocate);
-    e->received_splits = item.received_splits;
-    e->join_last_rank = item.join_last_rank;
-    e->ready_event = item.ready_event;
-    e->done_stream = item.done_stream;
     e->enqueued_at = now;
     entries.push_back(std::move(e));
   }

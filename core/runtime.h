@@ -26,22 +26,11 @@
 #include "core/config.h"
 #include "core/process_set_admin.h"
 #include "core/process_set_table.h"
+#include "core/tensor_entry.h"
 #include "core/timeline.h"
 #include "core/transport.h"
 
 namespace hvdc {
-
-// One tensor of an hvdc_enqueue call, already translated from the C structs.
-struct EnqueueItem {
-  Request request;  // root_rank is still a global rank here
-  const void* input = nullptr;
-  void* output = nullptr;
-  Allocator allocate;
-  int32_t* received_splits = nullptr;
-  int32_t* join_last_rank = nullptr;
-  const void* ready_event = nullptr;  // cudaEvent_t (hvdc_request::ready_event)
-  void* done_stream = nullptr;        // cudaStream_t (hvdc_request::done_stream)
-};
 
 class Runtime {
  public:

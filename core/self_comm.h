@@ -11,16 +11,20 @@ class SelfComm : public HostComm {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
-                   ReduceOp op) override;
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                    const std::vector<int64_t>& recv_bytes) override;
-  Status Broadcast(void* buf, int64_t bytes, int root) override;
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                   const std::vector<int64_t>& recv_bytes) override;
-  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                       DataType dtype, ReduceOp op) override;
-  Status Barrier() override { return Status::OK(); }
+
+ private:
+  Status DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                     ReduceOp op) override;
+  Status DoAllgatherv(const void* send, int64_t send_bytes, void* recv,
+                      const std::vector<int64_t>& recv_bytes) override;
+  Status DoBroadcast(void* /*buf*/, int64_t /*bytes*/, int /*root*/) override {
+    return Status::OK();
+  }
+  Status DoAlltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                     const std::vector<int64_t>& recv_bytes) override;
+  Status DoReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                         DataType dtype, ReduceOp op) override;
+  Status DoBarrier() override { return Status::OK(); }
 };
 
 }  // namespace hvdc

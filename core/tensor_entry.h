@@ -38,9 +38,11 @@ class Completion {
 
 using Allocator = std::function<void*(const Shape& shape)>;
 
-struct TensorEntry {
+// One tensor as its caller hands it over: what to negotiate and where its data lives. The C API
+// fills it once from hvdc_request (root_rank is still a global rank then), and it travels as it
+// is, moved, into the queue's entry.
+struct EnqueueItem {
   Request request;
-  int32_t process_set_id = 0;
   const void* input = nullptr;
   void* output = nullptr;  // allreduce/broadcast: caller's buffer; others: set by Allocate()
   Allocator allocate;      // allgather, alltoall, reducescatter
@@ -48,8 +50,13 @@ struct TensorEntry {
   int32_t* join_last_rank = nullptr;
   // CUDA tensors: the producer's event to wait for, the consumer's stream to release early (see
   // hvdc_request); null when unused.
-  const void* ready_event = nullptr;
-  void* done_stream = nullptr;
+  const void* ready_event = nullptr;  // cudaEvent_t
+  void* done_stream = nullptr;        // cudaStream_t
+};
+
+// The caller's request (its fields read as the entry's own) and the runtime's bookkeeping.
+struct TensorEntry : EnqueueItem {
+  int32_t process_set_id = 0;
   // Runs the callback (MemberDone). A lone tensor's lives in the entry's own allocation; a
   // group's members point to their shared `group_completion`. See NewEntry.
   Completion* completion = nullptr;

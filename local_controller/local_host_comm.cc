@@ -11,31 +11,8 @@ namespace hvdc {
 namespace local {
 namespace {
 
-enum class HostKind : int {
-  kAllreduce = 1,
-  kAllgatherv,
-  kBroadcast,
-  kAlltoallv,
-  kReduceScatter,
-  kBarrier,
-};
-
-const char* HostKindName(int kind) {
-  switch (static_cast<HostKind>(kind)) {
-    case HostKind::kAllreduce:
-      return "Allreduce";
-    case HostKind::kAllgatherv:
-      return "Allgatherv";
-    case HostKind::kBroadcast:
-      return "Broadcast";
-    case HostKind::kAlltoallv:
-      return "Alltoallv";
-    case HostKind::kReduceScatter:
-      return "ReduceScatter";
-    case HostKind::kBarrier:
-      return "Barrier";
-  }
-  return "?";
+const char* KindName(int kind) {
+  return HostComm::CollectiveName(static_cast<HostComm::Collective>(kind));
 }
 
 // One rank's arguments, published to its peers (lives on that rank's stack).
@@ -49,6 +26,7 @@ struct Call {
   const std::vector<int64_t>* sizes = nullptr;       // Allgatherv/Alltoallv: recv_bytes
   const std::vector<int64_t>* send_sizes = nullptr;  // Alltoallv: send_bytes
   const uint8_t* block = nullptr;                    // Allreduce: this rank's reduced block
+  const Status* refused = nullptr;  // the arguments failed HostComm's check, with this error
 };
 
 void Copy(void* dst, const void* src, int64_t bytes) {
@@ -67,31 +45,6 @@ int64_t Prefix(const std::vector<int64_t>& v, int end) {
   return sum;
 }
 
-bool ValidReduce(DataType dtype, ReduceOp op) {
-  return IsValidDataType(static_cast<int32_t>(dtype)) &&
-         (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMin ||
-          op == ReduceOp::kMax || op == ReduceOp::kProduct);
-}
-
-Status CheckReduce(const char* what, DataType dtype, ReduceOp op) {
-  if (ValidReduce(dtype, op)) return Status::OK();
-  return Status::InvalidArgument(fmt::format("{}: unsupported dtype/reduce op ({}, {})", what,
-                                             static_cast<int>(dtype), static_cast<int>(op)));
-}
-
-Status CheckSizes(const char* what, const char* name, const std::vector<int64_t>& v, int size) {
-  if (static_cast<int>(v.size()) != size) {
-    return Status::InvalidArgument(
-        fmt::format("{}: {} has {} entries for {} ranks", what, name, v.size(), size));
-  }
-  for (int64_t x : v) {
-    if (x < 0) return Status::InvalidArgument(fmt::format("{}: negative {} {}", what, name, x));
-  }
-  return Status::OK();
-}
-
-bool SizesOk(const std::vector<int64_t>& v, int size) { return CheckSizes("", "", v, size).ok(); }
-
 // One call's place on the rendezvous. Every path after a successful Arrive ends in Finish() (a last
 // Sync, then Release) or, when a Sync has already fenced the last read of peer memory, Leave().
 class Meeting {
@@ -99,11 +52,21 @@ class Meeting {
   Meeting(Rendezvous* rendezvous, int rank, uint64_t seq)
       : rendezvous_(rendezvous), rank_(rank), seq_(seq) {}
 
-  Status Arrive(HostKind kind, const Call* call) {
+  // Once every member has arrived: an error, the same on every member, when they did not all
+  // make the same call or one's arguments failed HostComm's check.
+  Status Arrive(HostComm::Collective kind, const Call* call) {
     HVDC_RETURN_IF_ERROR(rendezvous_->Arrive(rank_, seq_, static_cast<int>(kind), call,
-                                             HostKindName(static_cast<int>(kind)), &slot_));
-    Status same = rendezvous_->CheckSameKind(*slot_, seq_, HostKindName);
+                                             HostComm::CollectiveName(kind), &slot_));
+    Status same = rendezvous_->CheckSameKind(*slot_, seq_, KindName);
     if (!same.ok()) return Finish(std::move(same));
+    // A barrier has no arguments to refuse, and its members leave without a Sync: a peer's Call
+    // may be gone already, so it is not read.
+    if (kind == HostComm::Collective::kBarrier) return Status::OK();
+    for (int r = 0; r < static_cast<int>(slot_->args.size()); ++r) {
+      const Status* refused = peer(r).refused;
+      if (refused == nullptr) continue;
+      return Finish(r == rank_ ? *refused : refused->WithOrigin(world_rank(r)));
+    }
     return Status::OK();
   }
   const Call& peer(int r) const { return *static_cast<const Call*>(slot_->args[r]); }
@@ -129,11 +92,18 @@ class Meeting {
 LocalHostComm::LocalHostComm(std::shared_ptr<Rendezvous> rendezvous, int rank)
     : rendezvous_(std::move(rendezvous)), rank_(rank), size_(rendezvous_->size()) {}
 
-Status LocalHostComm::Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
-                                ReduceOp op) {
+Status LocalHostComm::Refuse(Collective c, Status error) {
+  if (size_ == 1) return error;
+  // Arrive with the error instead of arguments: every member returns it (Meeting::Arrive).
+  Call call;
+  call.refused = &error;
+  Meeting m(rendezvous_.get(), rank_, next_seq_++);
+  return m.Arrive(c, &call);
+}
+
+Status LocalHostComm::DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                                  ReduceOp op) {
   if (size_ == 1) {
-    if (count < 0) return Status::InvalidArgument("Allreduce: negative count");
-    HVDC_RETURN_IF_ERROR(CheckReduce("Allreduce", dtype, op));
     if (count > 0 && send != recv) {
       std::memmove(recv, send, static_cast<size_t>(count) * DataTypeSize(dtype));
     }
@@ -142,10 +112,9 @@ Status LocalHostComm::Allreduce(const void* send, void* recv, int64_t count, Dat
   // Rank b reduces elements [count*b/n, count*(b+1)/n) of every input into its own block; then
   // every rank copies all blocks out. Nothing writes recv until every input has been read, so
   // send == recv (in place) is safe.
-  const bool valid = count >= 0 && ValidReduce(dtype, op);
-  const int64_t esize = valid ? static_cast<int64_t>(DataTypeSize(dtype)) : 0;
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   auto lo = [&](int b) { return count * b / size_; };
-  std::vector<uint8_t> block(valid ? static_cast<size_t>((lo(rank_ + 1) - lo(rank_)) * esize) : 0);
+  std::vector<uint8_t> block(static_cast<size_t>((lo(rank_ + 1) - lo(rank_)) * esize));
   Call call;
   call.send = static_cast<const uint8_t*>(send);
   call.recv = static_cast<uint8_t*>(recv);
@@ -154,18 +123,9 @@ Status LocalHostComm::Allreduce(const void* send, void* recv, int64_t count, Dat
   call.op = op;
   call.block = block.data();
   Meeting m(rendezvous_.get(), rank_, next_seq_++);
-  HVDC_RETURN_IF_ERROR(m.Arrive(HostKind::kAllreduce, &call));
+  HVDC_RETURN_IF_ERROR(m.Arrive(Collective::kAllreduce, &call));
 
-  // Validated in the same order on every rank, so every rank reaches the same verdict.
-  for (int r = 0; r < size_; ++r) {
-    const Call& c = m.peer(r);
-    if (c.count < 0) {
-      return m.Finish(Status::InvalidArgument(
-          fmt::format("Allreduce: rank {} passed a negative count {}", m.world_rank(r), c.count)));
-    }
-    Status s = CheckReduce("Allreduce", c.dtype, c.op);
-    if (!s.ok()) return m.Finish(s);
-  }
+  // Compared in the same order on every rank, so every rank reaches the same verdict.
   for (int r = 1; r < size_; ++r) {
     const Call& a = m.peer(0);
     const Call& c = m.peer(r);
@@ -192,15 +152,9 @@ Status LocalHostComm::Allreduce(const void* send, void* recv, int64_t count, Dat
   return m.Finish(Status::OK());
 }
 
-Status LocalHostComm::Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                                 const std::vector<int64_t>& recv_bytes) {
+Status LocalHostComm::DoAllgatherv(const void* send, int64_t send_bytes, void* recv,
+                                   const std::vector<int64_t>& recv_bytes) {
   if (size_ == 1) {
-    if (send_bytes < 0) return Status::InvalidArgument("Allgatherv: negative send_bytes");
-    HVDC_RETURN_IF_ERROR(CheckSizes("Allgatherv", "recv_bytes", recv_bytes, 1));
-    if (recv_bytes[0] != send_bytes) {
-      return Status::PreconditionError(fmt::format(
-          "Allgatherv: recv_bytes[0] = {} but send_bytes = {}", recv_bytes[0], send_bytes));
-    }
     if (send_bytes > 0 && send != recv) std::memmove(recv, send, static_cast<size_t>(send_bytes));
     return Status::OK();
   }
@@ -212,27 +166,14 @@ Status LocalHostComm::Allgatherv(const void* send, int64_t send_bytes, void* rec
   // Peers read our send while we write our recv: fine if send is exactly our own block of recv (in
   // place), otherwise an overlapping send is first copied aside.
   std::vector<uint8_t> aside;
-  bool in_place = false;
-  if (send_bytes >= 0 && SizesOk(recv_bytes, size_)) {
-    const int64_t total = Prefix(recv_bytes, size_);
-    in_place = call.send == call.recv + Prefix(recv_bytes, rank_);
-    if (!in_place && Overlap(send, send_bytes, recv, total)) {
-      aside.assign(call.send, call.send + send_bytes);
-      call.send = aside.data();
-    }
+  const bool in_place = call.send == call.recv + Prefix(recv_bytes, rank_);
+  if (!in_place && Overlap(send, send_bytes, recv, Prefix(recv_bytes, size_))) {
+    aside.assign(call.send, call.send + send_bytes);
+    call.send = aside.data();
   }
   Meeting m(rendezvous_.get(), rank_, next_seq_++);
-  HVDC_RETURN_IF_ERROR(m.Arrive(HostKind::kAllgatherv, &call));
+  HVDC_RETURN_IF_ERROR(m.Arrive(Collective::kAllgatherv, &call));
 
-  for (int r = 0; r < size_; ++r) {
-    const Call& c = m.peer(r);
-    if (c.count < 0) {
-      return m.Finish(Status::InvalidArgument(fmt::format(
-          "Allgatherv: rank {} passed a negative send_bytes {}", m.world_rank(r), c.count)));
-    }
-    Status s = CheckSizes("Allgatherv", "recv_bytes", *c.sizes, size_);
-    if (!s.ok()) return m.Finish(s);
-  }
   for (int r = 0; r < size_; ++r) {
     for (int j = 0; j < size_; ++j) {
       if ((*m.peer(r).sizes)[j] != m.peer(j).count) {
@@ -250,29 +191,15 @@ Status LocalHostComm::Allgatherv(const void* send, int64_t send_bytes, void* rec
   return m.Finish(Status::OK());
 }
 
-Status LocalHostComm::Broadcast(void* buf, int64_t bytes, int root) {
-  if (size_ == 1) {
-    if (bytes < 0) return Status::InvalidArgument("Broadcast: negative byte count");
-    if (root != 0) {
-      return Status::InvalidArgument(fmt::format("Broadcast: root {} outside a set of 1", root));
-    }
-    return Status::OK();
-  }
+Status LocalHostComm::DoBroadcast(void* buf, int64_t bytes, int root) {
+  if (size_ == 1) return Status::OK();
   Call call;
   call.recv = static_cast<uint8_t*>(buf);
   call.count = bytes;
   call.root = root;
   Meeting m(rendezvous_.get(), rank_, next_seq_++);
-  HVDC_RETURN_IF_ERROR(m.Arrive(HostKind::kBroadcast, &call));
+  HVDC_RETURN_IF_ERROR(m.Arrive(Collective::kBroadcast, &call));
 
-  for (int r = 0; r < size_; ++r) {
-    const Call& c = m.peer(r);
-    if (c.count < 0 || c.root < 0 || c.root >= size_) {
-      return m.Finish(Status::InvalidArgument(
-          fmt::format("Broadcast: rank {} passed {} bytes from root {} (set of {})",
-                      m.world_rank(r), c.count, c.root, size_)));
-    }
-  }
   for (int r = 1; r < size_; ++r) {
     const Call& a = m.peer(0);
     const Call& c = m.peer(r);
@@ -286,15 +213,9 @@ Status LocalHostComm::Broadcast(void* buf, int64_t bytes, int root) {
   return m.Finish(Status::OK());
 }
 
-Status LocalHostComm::Alltoallv(const void* send, const std::vector<int64_t>& send_bytes,
-                                void* recv, const std::vector<int64_t>& recv_bytes) {
+Status LocalHostComm::DoAlltoallv(const void* send, const std::vector<int64_t>& send_bytes,
+                                  void* recv, const std::vector<int64_t>& recv_bytes) {
   if (size_ == 1) {
-    HVDC_RETURN_IF_ERROR(CheckSizes("Alltoallv", "send_bytes", send_bytes, 1));
-    HVDC_RETURN_IF_ERROR(CheckSizes("Alltoallv", "recv_bytes", recv_bytes, 1));
-    if (send_bytes[0] != recv_bytes[0]) {
-      return Status::PreconditionError(fmt::format(
-          "Alltoallv: send_bytes[0] = {} but recv_bytes[0] = {}", send_bytes[0], recv_bytes[0]));
-    }
     if (send_bytes[0] > 0 && send != recv) {
       std::memmove(recv, send, static_cast<size_t>(send_bytes[0]));
     }
@@ -306,21 +227,14 @@ Status LocalHostComm::Alltoallv(const void* send, const std::vector<int64_t>& se
   call.send_sizes = &send_bytes;
   call.sizes = &recv_bytes;
   std::vector<uint8_t> aside;  // peers read our send while we write our recv
-  if (SizesOk(send_bytes, size_) && SizesOk(recv_bytes, size_)) {
-    const int64_t send_total = Prefix(send_bytes, size_);
-    if (Overlap(send, send_total, recv, Prefix(recv_bytes, size_))) {
-      aside.assign(call.send, call.send + send_total);
-      call.send = aside.data();
-    }
+  const int64_t send_total = Prefix(send_bytes, size_);
+  if (Overlap(send, send_total, recv, Prefix(recv_bytes, size_))) {
+    aside.assign(call.send, call.send + send_total);
+    call.send = aside.data();
   }
   Meeting m(rendezvous_.get(), rank_, next_seq_++);
-  HVDC_RETURN_IF_ERROR(m.Arrive(HostKind::kAlltoallv, &call));
+  HVDC_RETURN_IF_ERROR(m.Arrive(Collective::kAlltoallv, &call));
 
-  for (int r = 0; r < size_; ++r) {
-    Status s = CheckSizes("Alltoallv", "send_bytes", *m.peer(r).send_sizes, size_);
-    if (s.ok()) s = CheckSizes("Alltoallv", "recv_bytes", *m.peer(r).sizes, size_);
-    if (!s.ok()) return m.Finish(s);
-  }
   for (int r = 0; r < size_; ++r) {
     for (int j = 0; j < size_; ++j) {
       const int64_t sent = (*m.peer(r).send_sizes)[j], expected = (*m.peer(j).sizes)[r];
@@ -340,12 +254,10 @@ Status LocalHostComm::Alltoallv(const void* send, const std::vector<int64_t>& se
   return m.Finish(Status::OK());
 }
 
-Status LocalHostComm::ReduceScatter(const void* send, void* recv,
-                                    const std::vector<int64_t>& recv_counts, DataType dtype,
-                                    ReduceOp op) {
+Status LocalHostComm::DoReduceScatter(const void* send, void* recv,
+                                      const std::vector<int64_t>& recv_counts, DataType dtype,
+                                      ReduceOp op) {
   if (size_ == 1) {
-    HVDC_RETURN_IF_ERROR(CheckSizes("ReduceScatter", "recv_counts", recv_counts, 1));
-    HVDC_RETURN_IF_ERROR(CheckReduce("ReduceScatter", dtype, op));
     if (recv_counts[0] > 0 && send != recv) {
       std::memmove(recv, send, static_cast<size_t>(recv_counts[0]) * DataTypeSize(dtype));
     }
@@ -358,14 +270,8 @@ Status LocalHostComm::ReduceScatter(const void* send, void* recv,
   call.op = op;
   call.sizes = &recv_counts;
   Meeting m(rendezvous_.get(), rank_, next_seq_++);
-  HVDC_RETURN_IF_ERROR(m.Arrive(HostKind::kReduceScatter, &call));
+  HVDC_RETURN_IF_ERROR(m.Arrive(Collective::kReduceScatter, &call));
 
-  for (int r = 0; r < size_; ++r) {
-    const Call& c = m.peer(r);
-    Status s = CheckSizes("ReduceScatter", "recv_counts", *c.sizes, size_);
-    if (s.ok()) s = CheckReduce("ReduceScatter", c.dtype, c.op);
-    if (!s.ok()) return m.Finish(s);
-  }
   for (int r = 1; r < size_; ++r) {
     const Call& a = m.peer(0);
     const Call& c = m.peer(r);
@@ -397,11 +303,11 @@ Status LocalHostComm::ReduceScatter(const void* send, void* recv,
   return Status::OK();
 }
 
-Status LocalHostComm::Barrier() {
+Status LocalHostComm::DoBarrier() {
   if (size_ == 1) return Status::OK();
   Call call;
   Meeting m(rendezvous_.get(), rank_, next_seq_++);
-  HVDC_RETURN_IF_ERROR(m.Arrive(HostKind::kBarrier, &call));
+  HVDC_RETURN_IF_ERROR(m.Arrive(Collective::kBarrier, &call));
   m.Leave();
   return Status::OK();
 }

@@ -3,8 +3,10 @@
 //
 // Each call meets the other members' matching call on the set's Rendezvous (matched by a per-comm
 // sequence number), then every rank reads its peers' buffers directly: one copy per byte, no
-// staging. Arguments are validated across ranks once all have arrived, so every rank returns the
-// same error for a mismatch. A size-1 set copies (if needed) and returns without taking a lock.
+// staging. Every rank returns the same verdict: a rank whose arguments fail HostComm's check still
+// arrives, carrying the error, which every member then returns (its origin the rank that passed
+// them); arguments that disagree across ranks are found once all have arrived. A size-1 set
+// copies (if needed) and returns without taking a lock.
 #pragma once
 
 #include <cstdint>
@@ -23,20 +25,23 @@ class LocalHostComm : public HostComm {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
-                   ReduceOp op) override;
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                    const std::vector<int64_t>& recv_bytes) override;
-  Status Broadcast(void* buf, int64_t bytes, int root) override;
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                   const std::vector<int64_t>& recv_bytes) override;
-  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                       DataType dtype, ReduceOp op) override;
-  Status Barrier() override;
 
   Rendezvous& rendezvous() { return *rendezvous_; }  // for tests
 
  private:
+  Status DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                     ReduceOp op) override;
+  Status DoAllgatherv(const void* send, int64_t send_bytes, void* recv,
+                      const std::vector<int64_t>& recv_bytes) override;
+  Status DoBroadcast(void* buf, int64_t bytes, int root) override;
+  Status DoAlltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                     const std::vector<int64_t>& recv_bytes) override;
+  Status DoReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                         DataType dtype, ReduceOp op) override;
+  Status DoBarrier() override;
+  // A rank with bad arguments still meets its peers, so that every member returns its error.
+  Status Refuse(Collective c, Status error) override;
+
   std::shared_ptr<Rendezvous> rendezvous_;
   const int rank_;
   const int size_;

@@ -144,17 +144,9 @@ MPI_Op BuiltinOp(DataType dtype, ReduceOp op) {
   }
 }
 
-// The MPI datatype and op for (dtype, op); op is Sum, Average (as Sum), Min, Max or Product.
+// The MPI datatype and op for (dtype, op); op is Sum, Average (as Sum), Min, Max or Product
+// (HostComm has checked both).
 Status ResolveReduction(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mpi_op) {
-  if (!IsValidDataType(static_cast<int32_t>(dtype))) {
-    return Status::InvalidArgument("invalid data type " +
-                                   std::to_string(static_cast<int32_t>(dtype)));
-  }
-  if (op != ReduceOp::kSum && op != ReduceOp::kAverage && op != ReduceOp::kMin &&
-      op != ReduceOp::kMax && op != ReduceOp::kProduct) {
-    return Status::InvalidArgument(std::string("reduce op ") + ReduceOpName(op) +
-                                   " is not supported by the MPI host backend");
-  }
   if (!NeedsUserOp(dtype, op)) {
     *type = BuiltinType(dtype);
     *mpi_op = BuiltinOp(dtype, op);
@@ -169,22 +161,14 @@ Status ResolveReduction(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op*
   return Status::OK();
 }
 
-// MPI takes int counts and displacements (consecutive blocks in rank order): converts one list, or
-// fails naming what does not fit.
-Status ToIntCounts(const char* what, const std::vector<int64_t>& counts, int size,
+// MPI takes int counts and displacements (consecutive blocks in rank order): converts one list
+// (one non-negative entry per rank: HostComm has checked it), or fails naming what does not fit.
+Status ToIntCounts(const char* what, const std::vector<int64_t>& counts,
                    std::vector<int>* out_counts, std::vector<int>* out_displs) {
-  if (static_cast<int>(counts.size()) != size) {
-    return Status::InvalidArgument(std::string(what) + " has " + std::to_string(counts.size()) +
-                                   " entries for " + std::to_string(size) + " ranks");
-  }
   out_counts->resize(counts.size());
   out_displs->resize(counts.size());
   int64_t offset = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
-    if (counts[r] < 0) {
-      return Status::InvalidArgument(std::string(what) + "[" + std::to_string(r) +
-                                     "] is negative: " + std::to_string(counts[r]));
-    }
     if (counts[r] > INT_MAX || offset > INT_MAX) {
       return Status::InvalidArgument(
           std::string(what) + ": a count or offset above INT_MAX (rank " + std::to_string(r) +
@@ -219,9 +203,9 @@ class MpiHostComm : public HostComm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
-                   ReduceOp op) override {
-    if (count < 0) return Status::InvalidArgument("Allreduce: negative count");
+ private:
+  Status DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                     ReduceOp op) override {
     MPI_Datatype type;
     MPI_Op mpi_op;
     HVDC_RETURN_IF_ERROR(ResolveReduction(dtype, op, &type, &mpi_op));
@@ -237,15 +221,10 @@ class MpiHostComm : public HostComm {
     return Status::OK();
   }
 
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                    const std::vector<int64_t>& recv_bytes) override {
+  Status DoAllgatherv(const void* send, int64_t /*send_bytes*/, void* recv,
+                      const std::vector<int64_t>& recv_bytes) override {
     std::vector<int> counts, displs;
-    HVDC_RETURN_IF_ERROR(ToIntCounts("Allgatherv recv_bytes", recv_bytes, size_, &counts, &displs));
-    if (send_bytes != recv_bytes[rank_]) {
-      return Status::InvalidArgument("Allgatherv: send_bytes " + std::to_string(send_bytes) +
-                                     " differs from recv_bytes[" + std::to_string(rank_) + "] " +
-                                     std::to_string(recv_bytes[rank_]));
-    }
+    HVDC_RETURN_IF_ERROR(ToIntCounts("Allgatherv recv_bytes", recv_bytes, &counts, &displs));
     // Our own block already in place: MPI forbids overlapping send and receive buffers otherwise.
     const bool in_place = send == static_cast<const char*>(recv) + displs[rank_];
     HVDC_MPI_CALL(MPI_Allgatherv, (in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_BYTE, recv,
@@ -253,12 +232,7 @@ class MpiHostComm : public HostComm {
     return Status::OK();
   }
 
-  Status Broadcast(void* buf, int64_t bytes, int root) override {
-    if (root < 0 || root >= size_) {
-      return Status::InvalidArgument("Broadcast: root " + std::to_string(root) +
-                                     " is not a rank of a set of size " + std::to_string(size_));
-    }
-    if (bytes < 0) return Status::InvalidArgument("Broadcast: negative byte count");
+  Status DoBroadcast(void* buf, int64_t bytes, int root) override {
     for (int64_t done = 0; done < bytes;) {
       const int n = static_cast<int>(std::min(bytes - done, max_per_call_));
       HVDC_MPI_CALL(MPI_Bcast, (static_cast<char*>(buf) + done, n, MPI_BYTE, root, comm_));
@@ -267,13 +241,11 @@ class MpiHostComm : public HostComm {
     return Status::OK();
   }
 
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                   const std::vector<int64_t>& recv_bytes) override {
+  Status DoAlltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                     const std::vector<int64_t>& recv_bytes) override {
     std::vector<int> scounts, sdispls, rcounts, rdispls;
-    HVDC_RETURN_IF_ERROR(
-        ToIntCounts("Alltoallv send_bytes", send_bytes, size_, &scounts, &sdispls));
-    HVDC_RETURN_IF_ERROR(
-        ToIntCounts("Alltoallv recv_bytes", recv_bytes, size_, &rcounts, &rdispls));
+    HVDC_RETURN_IF_ERROR(ToIntCounts("Alltoallv send_bytes", send_bytes, &scounts, &sdispls));
+    HVDC_RETURN_IF_ERROR(ToIntCounts("Alltoallv recv_bytes", recv_bytes, &rcounts, &rdispls));
     HVDC_MPI_CALL(MPI_Alltoallv, (send, scounts.data(), sdispls.data(), MPI_BYTE, recv,
                                   rcounts.data(), rdispls.data(), MPI_BYTE, comm_));
     return Status::OK();
@@ -281,11 +253,10 @@ class MpiHostComm : public HostComm {
 
   // send == recv means in place: recv holds the whole input and gets this rank's block at its
   // start.
-  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                       DataType dtype, ReduceOp op) override {
+  Status DoReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                         DataType dtype, ReduceOp op) override {
     std::vector<int> counts, displs;
-    HVDC_RETURN_IF_ERROR(
-        ToIntCounts("ReduceScatter recv_counts", recv_counts, size_, &counts, &displs));
+    HVDC_RETURN_IF_ERROR(ToIntCounts("ReduceScatter recv_counts", recv_counts, &counts, &displs));
     const int64_t total = static_cast<int64_t>(displs.back()) + counts.back();
     if (total > INT_MAX) {
       return Status::InvalidArgument("ReduceScatter: " + std::to_string(total) +
@@ -300,12 +271,11 @@ class MpiHostComm : public HostComm {
     return Status::OK();
   }
 
-  Status Barrier() override {
+  Status DoBarrier() override {
     HVDC_MPI_CALL(MPI_Barrier, (comm_));
     return Status::OK();
   }
 
- private:
   const MPI_Comm comm_;
   const int rank_;
   const int size_;

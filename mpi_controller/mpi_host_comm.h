@@ -6,11 +6,12 @@
 //
 // The communicator gets MPI_ERRORS_RETURN, so a failed MPI call becomes an UnknownError naming the
 // call and MPI's error string instead of aborting the job. Arguments are checked locally only
-// (bad ones give InvalidArgument before any MPI call); matching them across ranks is the
-// negotiation's job. float16 and bfloat16 reduce through our own commutative MPI ops over the
-// cpu kernels; bool reduces as MPI_C_BOOL with MPI_LOR (Sum, Max) or MPI_LAND (Min, Product).
-// Element counts beyond INT_MAX are sent in several calls for Allreduce and Broadcast; the
-// per-rank counts and displacements of Allgatherv, Alltoallv and ReduceScatter must fit in an int.
+// (HostComm's checks, then what an MPI call cannot take: InvalidArgument before any MPI call);
+// matching them across ranks is the negotiation's job. float16 and bfloat16 reduce through our own
+// commutative MPI ops over the cpu kernels; bool reduces as MPI_C_BOOL with MPI_LOR (Sum, Max) or
+// MPI_LAND (Min, Product). Element counts beyond INT_MAX are sent in several calls for Allreduce
+// and Broadcast; the per-rank counts and displacements of Allgatherv, Alltoallv and ReduceScatter
+// must fit in an int.
 #pragma once
 
 // Only the C API: Open MPI's deprecated C++ bindings do not compile warning-free.

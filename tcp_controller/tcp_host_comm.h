@@ -37,18 +37,19 @@ class TcpHostComm : public HostComm {
 
   int rank() const override { return group_.rank(); }
   int size() const override { return group_.size(); }
-  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
-                   ReduceOp op) override;
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv,
-                    const std::vector<int64_t>& recv_bytes) override;
-  Status Broadcast(void* buf, int64_t bytes, int root) override;
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                   const std::vector<int64_t>& recv_bytes) override;
-  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                       DataType dtype, ReduceOp op) override;
-  Status Barrier() override;
 
  private:
+  Status DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                     ReduceOp op) override;
+  Status DoAllgatherv(const void* send, int64_t send_bytes, void* recv,
+                      const std::vector<int64_t>& recv_bytes) override;
+  Status DoBroadcast(void* buf, int64_t bytes, int root) override;
+  Status DoAlltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                     const std::vector<int64_t>& recv_bytes) override;
+  Status DoReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                         DataType dtype, ReduceOp op) override;
+  Status DoBarrier() override;
+
   Status RecursiveDoubling(uint8_t* buf, int64_t count, DataType dtype, ReduceOp op);
   // Ring reduce-scatter over `offsets` (n + 1 element offsets): afterwards block r of buf holds
   // the reduction on rank r.

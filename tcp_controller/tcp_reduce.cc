@@ -10,18 +10,6 @@
 
 namespace hvdc {
 namespace tcp {
-namespace {
-
-Status CheckReduce(const char* what, DataType dtype, ReduceOp op) {
-  const bool ok = IsValidDataType(static_cast<int32_t>(dtype)) &&
-                  (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMin ||
-                   op == ReduceOp::kMax || op == ReduceOp::kProduct);
-  if (ok) return Status::OK();
-  return Status::InvalidArgument(fmt::format("{}: unsupported dtype/reduce op ({}, {})", what,
-                                             static_cast<int>(dtype), static_cast<int>(op)));
-}
-
-}  // namespace
 
 Status TcpHostComm::RecvReduce(int r, uint8_t* dst, int64_t elems, DataType dtype, ReduceOp op) {
   std::string m;
@@ -125,10 +113,8 @@ Status TcpHostComm::RingAllgather(uint8_t* buf, const std::vector<int64_t>& offs
   return Status::OK();
 }
 
-Status TcpHostComm::Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
-                              ReduceOp op) {
-  if (count < 0) return Status::InvalidArgument("Allreduce: negative count");
-  HVDC_RETURN_IF_ERROR(CheckReduce("Allreduce", dtype, op));
+Status TcpHostComm::DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                                ReduceOp op) {
   const size_t esize = DataTypeSize(dtype);
   const size_t bytes = static_cast<size_t>(count) * esize;
   if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
@@ -144,18 +130,10 @@ Status TcpHostComm::Allreduce(const void* send, void* recv, int64_t count, DataT
   return RingAllgather(buf, offsets, esize);
 }
 
-Status TcpHostComm::ReduceScatter(const void* send, void* recv,
-                                  const std::vector<int64_t>& recv_counts, DataType dtype,
-                                  ReduceOp op) {
+Status TcpHostComm::DoReduceScatter(const void* send, void* recv,
+                                    const std::vector<int64_t>& recv_counts, DataType dtype,
+                                    ReduceOp op) {
   const int n = size();
-  if (static_cast<int>(recv_counts.size()) != n) {
-    return Status::InvalidArgument(fmt::format(
-        "ReduceScatter: recv_counts has {} entries for {} ranks", recv_counts.size(), n));
-  }
-  for (int64_t c : recv_counts) {
-    if (c < 0) return Status::InvalidArgument(fmt::format("ReduceScatter: negative count {}", c));
-  }
-  HVDC_RETURN_IF_ERROR(CheckReduce("ReduceScatter", dtype, op));
   const size_t esize = DataTypeSize(dtype);
   std::vector<int64_t> offsets(n + 1, 0);
   for (int b = 0; b < n; ++b) offsets[b + 1] = offsets[b] + recv_counts[b];

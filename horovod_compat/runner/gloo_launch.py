@@ -25,9 +25,9 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import IO, Dict, List, Optional, Sequence, Tuple
 
+from horovod_compat.runner.common.util.hosts import HostInfo, SlotInfo, get_host_assignments
 from horovod_compat.runner.rendezvous import SECRET_ENV, RendezvousServer
 
 # Seconds a rank gets to exit after SIGTERM before it is killed.
@@ -36,18 +36,6 @@ TERMINATE_GRACE_SECONDS = 5.0
 _LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 # An MPI launcher's identity must not reach ranks that identify themselves through Gloo.
 _MPI_IDENTITY_PREFIXES = ("OMPI_COMM_WORLD_", "OMPI_MCA_", "PMIX_", "PMI_", "PRTE_")
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one rank runs and its place in the job."""
-    hostname: str
-    rank: int
-    local_rank: int
-    cross_rank: int
-    size: int
-    local_size: int
-    cross_size: int
 
 
 def merge_hosts(hosts: Sequence[Tuple[str, int]]) -> List[Tuple[str, int]]:
@@ -60,11 +48,9 @@ def merge_hosts(hosts: Sequence[Tuple[str, int]]) -> List[Tuple[str, int]]:
     return list(merged.items())
 
 
-def allocate(hosts: Sequence[Tuple[str, int]], np: int) -> List[Slot]:
-    """Fills the hosts in order, each up to its slots, with ranks 0..np-1.
-
-    Local rank: position on its host. Cross rank/size: among the hosts that have a rank with
-    that local rank, this host's index and their number (as Horovod defines them)."""
+def allocate(hosts: Sequence[Tuple[str, int]], np: int) -> List[SlotInfo]:
+    """Fills the hosts in order, each up to its slots, with ranks 0..np-1 (a host listed more
+    than once counts once, with its slots added); the layout is get_host_assignments'."""
     hosts = merge_hosts(hosts)
     total = sum(slots for _, slots in hosts)
     if np < 1:
@@ -72,25 +58,7 @@ def allocate(hosts: Sequence[Tuple[str, int]], np: int) -> List[Slot]:
     if np > total:
         listed = ",".join(f"{h}:{s}" for h, s in hosts)
         raise ValueError(f"-np {np} is more than the {total} slots of the hosts ({listed})")
-    per_host: List[Tuple[str, int]] = []
-    remaining = np
-    for name, slots in hosts:
-        if remaining == 0:
-            break
-        used = min(slots, remaining)
-        per_host.append((name, used))
-        remaining -= used
-    result = []
-    rank = 0
-    for host_index, (name, local_size) in enumerate(per_host):
-        for local_rank in range(local_size):
-            with_this_local_rank = [i for i, (_, n) in enumerate(per_host) if n > local_rank]
-            result.append(Slot(hostname=name, rank=rank, local_rank=local_rank,
-                               cross_rank=with_this_local_rank.index(host_index),
-                               size=np, local_size=local_size,
-                               cross_size=len(with_this_local_rank)))
-            rank += 1
-    return result
+    return get_host_assignments([HostInfo(name, slots) for name, slots in hosts], np, np)
 
 
 # -- addresses -------------------------------------------------------------------------------
@@ -143,7 +111,7 @@ def route_source_address(host: str) -> str:
         return sock.getsockname()[0]
 
 
-def rendezvous_bind_address(slots: Sequence[Slot], nics: Optional[str]) -> str:
+def rendezvous_bind_address(slots: Sequence[SlotInfo], nics: Optional[str]) -> str:
     """Where the rendezvous service listens: the address of ``--network-interface`` when this
     machine has that interface; else, with remote hosts, the local address that routes to the
     first of them; else loopback."""
@@ -174,7 +142,7 @@ def gloo_timeout(args: argparse.Namespace) -> Optional[int]:
     return None
 
 
-def rank_env(slot: Slot, rendezvous: Tuple[str, int], args: argparse.Namespace) -> Dict[str, str]:
+def rank_env(slot: SlotInfo, rendezvous: Tuple[str, int], args: argparse.Namespace) -> Dict[str, str]:
     """Horovod's Gloo variables for one rank."""
     env = {
         "HOROVOD_RANK": str(slot.rank),
@@ -253,7 +221,7 @@ def remote_command(host: str, env: Dict[str, str], command: Sequence[str], cwd: 
     return list(shell) + [host, script]
 
 
-def describe(slot: Slot, per_rank: Dict[str, str], cmd: Sequence[str], local: bool) -> str:
+def describe(slot: SlotInfo, per_rank: Dict[str, str], cmd: Sequence[str], local: bool) -> str:
     """The --verbose line for one rank."""
     if local:
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(per_rank.items()))
@@ -303,7 +271,7 @@ def _exit_code(returncode: int) -> int:
 
 
 class _Rank:
-    def __init__(self, slot: Slot, proc: subprocess.Popen, remote: bool) -> None:
+    def __init__(self, slot: SlotInfo, proc: subprocess.Popen, remote: bool) -> None:
         self.slot = slot
         self.proc = proc
         self.remote = remote
@@ -326,7 +294,7 @@ class _Rank:
 class GlooJob:
     """Spawns the ranks and supervises them until every one has exited."""
 
-    def __init__(self, slots: Sequence[Slot], commands: Sequence[List[str]],
+    def __init__(self, slots: Sequence[SlotInfo], commands: Sequence[List[str]],
                  envs: Sequence[Optional[Dict[str, str]]], remote: Sequence[bool],
                  output_dir: Optional[str] = None,
                  first_input: Optional[Sequence[Optional[bytes]]] = None) -> None:

@@ -5,22 +5,11 @@
 #include <cstring>
 
 #include "core/timeline.h"
+#include "ops/collective_layout.h"
 #include "ops/cpu/kernels.h"
 
 namespace hvdc {
 namespace {
-
-int64_t RowElements(const Shape& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
-
-Shape WithFirstDim(const Shape& shape, int64_t first) {
-  Shape out = shape.empty() ? Shape{first} : shape;
-  out[0] = first;
-  return out;
-}
 
 // Times a nested timeline activity for every tensor of a batch (only when the timeline is on).
 class Activity {
@@ -41,17 +30,6 @@ class Activity {
   const Batch& batch_;
   Timeline* tl_ = nullptr;
 };
-
-void* Allocate(TensorEntry& entry, const Shape& shape) {
-  void* p = entry.allocate ? entry.allocate(shape) : nullptr;
-  entry.output = p;
-  return p;
-}
-
-Status AllocFailure(const Response& r, const Shape& shape) {
-  return Status::UnknownError(
-      fmt::format("could not allocate the output {} of tensor '{}'", ShapeString(shape), r.name));
-}
 
 class HostBackend : public Backend {
  public:
@@ -166,23 +144,17 @@ class HostBackend : public Backend {
 
   static Status Allgather(Batch& b, ExecutionContext& ctx) {
     Activity act(ctx, b, "MPI_ALLGATHER");
-    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     for (auto& item : b.items) {
       const Response& r = *item.response;
-      const int64_t row_bytes = RowElements(r.shape) * esize;
+      const AllgatherLayout l = LayOutAllgather(r, b.dtype);
       std::vector<int64_t> recv_bytes;
-      int64_t rows = 0;
-      for (int64_t d : r.first_dims) {
-        recv_bytes.push_back(d * row_bytes);
-        rows += d;
-      }
-      Shape out_shape = WithFirstDim(r.shape, rows);
-      void* out = Allocate(*item.entry, out_shape);
+      for (int64_t d : r.first_dims) recv_bytes.push_back(d * l.row_bytes);
+      void* out = AllocateOutput(*item.entry, l.out_shape);
       Status failed;
-      if (out == nullptr && rows * row_bytes > 0) {
+      if (out == nullptr && l.out_bytes > 0) {
         // Still take part (into scratch memory) so the peers' collective is matched.
-        failed = AllocFailure(r, out_shape);
-        out = ctx.buffer->Reserve(rows * row_bytes);
+        failed = OutputAllocationFailed(r, l.out_shape);
+        out = ctx.buffer->Reserve(l.out_bytes);
       }
       const int me = ctx.comm->rank();
       HVDC_RETURN_IF_ERROR(
@@ -208,30 +180,17 @@ class HostBackend : public Backend {
 
   static Status Alltoall(Batch& b, ExecutionContext& ctx) {
     Activity act(ctx, b, "MPI_ALLTOALL");
-    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
-    const int n = ctx.comm->size();
-    const int me = ctx.comm->rank();
     for (auto& item : b.items) {
       const Response& r = *item.response;
-      const int64_t row_bytes = RowElements(r.shape) * esize;
-      std::vector<int64_t> send_bytes(n), recv_bytes(n);
-      int64_t rows = 0;
-      for (int p = 0; p < n; ++p) {
-        send_bytes[p] = r.splits[static_cast<size_t>(me) * n + p] * row_bytes;
-        const int64_t in_rows = r.splits[static_cast<size_t>(p) * n + me];
-        recv_bytes[p] = in_rows * row_bytes;
-        rows += in_rows;
-        if (item.entry->received_splits)
-          item.entry->received_splits[p] = static_cast<int32_t>(in_rows);
-      }
-      Shape out_shape = WithFirstDim(r.shape, rows);
-      void* out = Allocate(*item.entry, out_shape);
+      const AlltoallLayout l = LayOutAlltoall(r, b.dtype, ctx.comm->size(), ctx.comm->rank(),
+                                              item.entry->received_splits);
+      void* out = AllocateOutput(*item.entry, l.out_shape);
       Status failed;
-      if (out == nullptr && rows * row_bytes > 0) {
-        failed = AllocFailure(r, out_shape);
-        out = ctx.buffer->Reserve(rows * row_bytes);
+      if (out == nullptr && l.out_bytes > 0) {
+        failed = OutputAllocationFailed(r, l.out_shape);
+        out = ctx.buffer->Reserve(l.out_bytes);
       }
-      HVDC_RETURN_IF_ERROR(ctx.comm->Alltoallv(item.entry->input, send_bytes, out, recv_bytes));
+      HVDC_RETURN_IF_ERROR(ctx.comm->Alltoallv(item.entry->input, l.send_bytes, out, l.recv_bytes));
       HVDC_RETURN_IF_ERROR(failed);
     }
     return Status::OK();
@@ -240,38 +199,30 @@ class HostBackend : public Backend {
   static Status Reducescatter(Batch& b, ExecutionContext& ctx) {
     Activity act(ctx, b, "MPI_REDUCESCATTER");
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
-    const int n = ctx.comm->size();
     const int me = ctx.comm->rank();
     for (auto& item : b.items) {
       const Response& r = *item.response;
-      const int64_t dim0 = r.shape.empty() ? 1 : r.shape[0];
-      const int64_t row = RowElements(r.shape);
-      std::vector<int64_t> counts(n);
-      for (int p = 0; p < n; ++p) counts[p] = (dim0 / n + (p < dim0 % n ? 1 : 0)) * row;
-      Shape out_shape = WithFirstDim(r.shape, counts[me] / std::max<int64_t>(row, 1));
-      if (row == 0) out_shape[0] = dim0 / n + (me < dim0 % n ? 1 : 0);
-      void* out = Allocate(*item.entry, out_shape);
+      const ReducescatterLayout l = LayOutReducescatter(r.shape, ctx.comm->size(), me);
+      const int64_t kept = l.counts[me];
+      void* out = AllocateOutput(*item.entry, l.out_shape);
       const void* send = item.entry->input;
-      const int64_t total = dim0 * row;
       Status failed;
       // Scratch layout: [scaled input | output when allocation failed].
-      const int64_t scaled_bytes = b.prescale != 1.0 ? total * esize : 0;
+      const int64_t scaled_bytes = b.prescale != 1.0 ? l.total * esize : 0;
       uint8_t* scratch = nullptr;
-      if (out == nullptr && counts[me] > 0) {
-        failed = AllocFailure(r, out_shape);
-        scratch = ctx.buffer->Reserve(scaled_bytes + counts[me] * esize);
+      if (out == nullptr && kept > 0) {
+        failed = OutputAllocationFailed(r, l.out_shape);
+        scratch = ctx.buffer->Reserve(scaled_bytes + kept * esize);
         out = scratch + scaled_bytes;
       }
-      if (b.prescale != 1.0 && total > 0) {
-        uint8_t* scaled = scratch ? scratch : ctx.buffer->Reserve(total * esize);
-        cpu::ScaleCopy(scaled, send, total, b.dtype, b.prescale);
+      if (b.prescale != 1.0 && l.total > 0) {
+        uint8_t* scaled = scratch ? scratch : ctx.buffer->Reserve(l.total * esize);
+        cpu::ScaleCopy(scaled, send, l.total, b.dtype, b.prescale);
         send = scaled;
       }
-      HVDC_RETURN_IF_ERROR(ctx.comm->ReduceScatter(send, out, counts, b.dtype, b.reduce_op));
+      HVDC_RETURN_IF_ERROR(ctx.comm->ReduceScatter(send, out, l.counts, b.dtype, b.reduce_op));
       HVDC_RETURN_IF_ERROR(failed);
-      if (b.postscale != 1.0 && counts[me] > 0) {
-        cpu::ScaleCopy(out, out, counts[me], b.dtype, b.postscale);
-      }
+      if (b.postscale != 1.0 && kept > 0) cpu::ScaleCopy(out, out, kept, b.dtype, b.postscale);
     }
     return Status::OK();
   }

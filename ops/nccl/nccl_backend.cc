@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "ops/collective_layout.h"
 #include "ops/cuda/batched_copy.h"
 #include "ops/nccl/cuda_status.h"
 #include "ops/nccl/nccl_state.h"
@@ -20,18 +21,6 @@ namespace {
 constexpr int64_t kAlign = 256;
 
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-int64_t RowElements(const Shape& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
-
-Shape WithFirstDim(const Shape& shape, int64_t first) {
-  Shape out = shape.empty() ? Shape{first} : shape;
-  out[0] = first;
-  return out;
-}
 
 bool ReductionType(DataType t, ncclDataType_t* out) {
   switch (t) {
@@ -82,11 +71,6 @@ bool ReductionOp(ReduceOp op, ncclRedOp_t* out) {
     default:
       return false;
   }
-}
-
-Status AllocFailure(const Response& r, const Shape& shape) {
-  return Status::UnknownError(
-      fmt::format("could not allocate the output {} of tensor '{}'", ShapeString(shape), r.name));
 }
 
 // ncclGroupStart/End as a scope; End's result is returned by Close().
@@ -304,37 +288,27 @@ class NcclBackend : public Backend {
   // Uneven first dimensions: one broadcast per rank into its slice of the output, in one group
   // (NCCL has no allgatherv); even ones use ncclAllGather.
   static Status Allgather(Batch& b, NcclSetState& st) {
-    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     for (auto& item : b.items) {
       const Response& r = *item.response;
-      const int64_t row_bytes = RowElements(r.shape) * esize;
-      int64_t rows = 0;
-      bool even = true;
-      for (int64_t d : r.first_dims) {
-        rows += d;
-        even = even && d == r.first_dims.front();
-      }
-      const Shape out_shape = WithFirstDim(r.shape, rows);
-      auto* out =
-          static_cast<uint8_t*>(item.entry->allocate ? item.entry->allocate(out_shape) : nullptr);
-      item.entry->output = out;
+      const AllgatherLayout l = LayOutAllgather(r, b.dtype);
+      auto* out = static_cast<uint8_t*>(AllocateOutput(*item.entry, l.out_shape));
       Status failed;
-      if (out == nullptr && rows * row_bytes > 0) {
+      if (out == nullptr && l.out_bytes > 0) {
         // Still take part (into scratch memory) so the peers' collective is matched.
-        failed = AllocFailure(r, out_shape);
-        HVDC_RETURN_IF_ERROR(st.Scratch(rows * row_bytes, &out));
+        failed = OutputAllocationFailed(r, l.out_shape);
+        HVDC_RETURN_IF_ERROR(st.Scratch(l.out_bytes, &out));
       }
-      if (rows * row_bytes > 0) {
-        if (even) {
+      if (l.out_bytes > 0) {
+        if (l.even) {
           HVDC_NCCL_RETURN(ncclAllGather(item.entry->input, out,
-                                         static_cast<size_t>(r.first_dims.front() * row_bytes),
+                                         static_cast<size_t>(r.first_dims.front() * l.row_bytes),
                                          ncclUint8, st.comm(), st.stream()),
                            st.comm());
         } else {
           NcclGroup group(st.comm());
           int64_t at = 0;
           for (size_t p = 0; p < r.first_dims.size(); ++p) {
-            const int64_t bytes = r.first_dims[p] * row_bytes;
+            const int64_t bytes = r.first_dims[p] * l.row_bytes;
             if (bytes > 0) {
               HVDC_NCCL_RETURN(
                   ncclBroadcast(item.entry->input, out + at, static_cast<size_t>(bytes), ncclUint8,
@@ -366,33 +340,18 @@ class NcclBackend : public Backend {
   }
 
   static Status Alltoall(Batch& b, NcclSetState& st) {
-    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     int n = 0;
     int me = 0;
     HVDC_NCCL_RETURN(ncclCommCount(st.comm(), &n), st.comm());
     HVDC_NCCL_RETURN(ncclCommUserRank(st.comm(), &me), st.comm());
     for (auto& item : b.items) {
       const Response& r = *item.response;
-      const int64_t row_bytes = RowElements(r.shape) * esize;
-      std::vector<int64_t> send_bytes(n), recv_bytes(n);
-      int64_t rows = 0;
-      for (int p = 0; p < n; ++p) {
-        send_bytes[p] = r.splits[static_cast<size_t>(me) * n + p] * row_bytes;
-        const int64_t in_rows = r.splits[static_cast<size_t>(p) * n + me];
-        recv_bytes[p] = in_rows * row_bytes;
-        rows += in_rows;
-        if (item.entry->received_splits) {
-          item.entry->received_splits[p] = static_cast<int32_t>(in_rows);
-        }
-      }
-      const Shape out_shape = WithFirstDim(r.shape, rows);
-      auto* out =
-          static_cast<uint8_t*>(item.entry->allocate ? item.entry->allocate(out_shape) : nullptr);
-      item.entry->output = out;
+      const AlltoallLayout l = LayOutAlltoall(r, b.dtype, n, me, item.entry->received_splits);
+      auto* out = static_cast<uint8_t*>(AllocateOutput(*item.entry, l.out_shape));
       Status failed;
-      if (out == nullptr && rows * row_bytes > 0) {
-        failed = AllocFailure(r, out_shape);
-        HVDC_RETURN_IF_ERROR(st.Scratch(rows * row_bytes, &out));
+      if (out == nullptr && l.out_bytes > 0) {
+        failed = OutputAllocationFailed(r, l.out_shape);
+        HVDC_RETURN_IF_ERROR(st.Scratch(l.out_bytes, &out));
       }
       const auto* in = static_cast<const uint8_t*>(item.entry->input);
       int64_t send_at = 0;
@@ -400,25 +359,25 @@ class NcclBackend : public Backend {
       NcclGroup group(st.comm());
       for (int p = 0; p < n; ++p) {
         if (p == me) {
-          if (send_bytes[p] > 0) {
+          if (l.send_bytes[p] > 0) {
             HVDC_CUDA_RETURN(cudaMemcpyAsync(out + recv_at, in + send_at,
-                                             static_cast<size_t>(send_bytes[p]),
+                                             static_cast<size_t>(l.send_bytes[p]),
                                              cudaMemcpyDeviceToDevice, st.stream()));
           }
         } else {
-          if (send_bytes[p] > 0) {
-            HVDC_NCCL_RETURN(ncclSend(in + send_at, static_cast<size_t>(send_bytes[p]), ncclUint8,
+          if (l.send_bytes[p] > 0) {
+            HVDC_NCCL_RETURN(ncclSend(in + send_at, static_cast<size_t>(l.send_bytes[p]), ncclUint8,
                                       p, st.comm(), st.stream()),
                              st.comm());
           }
-          if (recv_bytes[p] > 0) {
-            HVDC_NCCL_RETURN(ncclRecv(out + recv_at, static_cast<size_t>(recv_bytes[p]), ncclUint8,
-                                      p, st.comm(), st.stream()),
+          if (l.recv_bytes[p] > 0) {
+            HVDC_NCCL_RETURN(ncclRecv(out + recv_at, static_cast<size_t>(l.recv_bytes[p]),
+                                      ncclUint8, p, st.comm(), st.stream()),
                              st.comm());
           }
         }
-        send_at += send_bytes[p];
-        recv_at += recv_bytes[p];
+        send_at += l.send_bytes[p];
+        recv_at += l.recv_bytes[p];
       }
       HVDC_RETURN_IF_ERROR(group.Close());
       HVDC_RETURN_IF_ERROR(failed);
@@ -426,8 +385,8 @@ class NcclBackend : public Backend {
     return Status::OK();
   }
 
-  // Rows split as evenly as the host backend splits them: the first dim0 % n ranks get one more.
-  // Even splits use ncclReduceScatter; uneven ones one ncclReduce per rank in a group.
+  // Rows split as every backend splits them (LayOutReducescatter). Even splits use
+  // ncclReduceScatter; uneven ones one ncclReduce per rank in a group.
   static Status Reducescatter(Batch& b, NcclSetState& st) {
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     ncclDataType_t t;
@@ -440,56 +399,45 @@ class NcclBackend : public Backend {
     HVDC_NCCL_RETURN(ncclCommUserRank(st.comm(), &me), st.comm());
     for (auto& item : b.items) {
       const Response& r = *item.response;
-      const int64_t dim0 = r.shape.empty() ? 1 : r.shape[0];
-      const int64_t row = RowElements(r.shape);
-      std::vector<int64_t> counts(n);
-      bool even = true;
-      for (int p = 0; p < n; ++p) {
-        counts[p] = (dim0 / n + (p < dim0 % n ? 1 : 0)) * row;
-        even = even && counts[p] == counts[0];
-      }
-      const Shape out_shape = WithFirstDim(r.shape, dim0 / n + (me < dim0 % n ? 1 : 0));
-      auto* out =
-          static_cast<uint8_t*>(item.entry->allocate ? item.entry->allocate(out_shape) : nullptr);
-      item.entry->output = out;
-      const int64_t total = dim0 * row;
+      const ReducescatterLayout l = LayOutReducescatter(r.shape, n, me);
+      auto* out = static_cast<uint8_t*>(AllocateOutput(*item.entry, l.out_shape));
       // Scratch layout: [scaled input | output when allocation failed].
-      const int64_t scaled_bytes = b.prescale != 1.0 ? AlignUp(total * esize) : 0;
-      const bool need_out = out == nullptr && counts[me] > 0;
-      Status failed = need_out ? AllocFailure(r, out_shape) : Status::OK();
+      const int64_t scaled_bytes = b.prescale != 1.0 ? AlignUp(l.total * esize) : 0;
+      const bool need_out = out == nullptr && l.counts[me] > 0;
+      Status failed = need_out ? OutputAllocationFailed(r, l.out_shape) : Status::OK();
       uint8_t* scratch = nullptr;
       if (scaled_bytes > 0 || need_out) {
         HVDC_RETURN_IF_ERROR(
-            st.Scratch(scaled_bytes + (need_out ? counts[me] * esize : 0), &scratch));
+            st.Scratch(scaled_bytes + (need_out ? l.counts[me] * esize : 0), &scratch));
       }
       if (need_out) out = scratch + scaled_bytes;
       const auto* send = static_cast<const uint8_t*>(item.entry->input);
-      if (scaled_bytes > 0 && total > 0) {
-        HVDC_CUDA_RETURN(cuda::Scale(scratch, send, total, b.dtype, b.prescale, st.stream()));
+      if (scaled_bytes > 0 && l.total > 0) {
+        HVDC_CUDA_RETURN(cuda::Scale(scratch, send, l.total, b.dtype, b.prescale, st.stream()));
         send = scratch;
       }
-      if (total > 0) {
-        if (even) {
-          HVDC_NCCL_RETURN(ncclReduceScatter(send, out, static_cast<size_t>(counts[0]), t, op,
+      if (l.total > 0) {
+        if (l.even) {
+          HVDC_NCCL_RETURN(ncclReduceScatter(send, out, static_cast<size_t>(l.counts[0]), t, op,
                                              st.comm(), st.stream()),
                            st.comm());
         } else {
           NcclGroup group(st.comm());
           int64_t at = 0;
           for (int p = 0; p < n; ++p) {
-            if (counts[p] > 0) {
+            if (l.counts[p] > 0) {
               HVDC_NCCL_RETURN(
                   ncclReduce(send + at * esize, p == me ? out : nullptr,
-                             static_cast<size_t>(counts[p]), t, op, p, st.comm(), st.stream()),
+                             static_cast<size_t>(l.counts[p]), t, op, p, st.comm(), st.stream()),
                   st.comm());
             }
-            at += counts[p];
+            at += l.counts[p];
           }
           HVDC_RETURN_IF_ERROR(group.Close());
         }
       }
-      if (b.postscale != 1.0 && counts[me] > 0) {
-        HVDC_CUDA_RETURN(cuda::Scale(out, out, counts[me], b.dtype, b.postscale, st.stream()));
+      if (b.postscale != 1.0 && l.counts[me] > 0) {
+        HVDC_CUDA_RETURN(cuda::Scale(out, out, l.counts[me], b.dtype, b.postscale, st.stream()));
       }
       HVDC_RETURN_IF_ERROR(failed);
     }

@@ -489,9 +489,10 @@ TEST_P(LocalWorldTest, DataPlaneMismatchFailsEverywhereAndRecovers) {
       s = set.data->Broadcast(v.data(), 4, 0);
     }
     EXPECT_EQ(s.code(), StatusCode::kPreconditionError) << s.ToString();
-    // Bad arguments: the same verdict everywhere.
+    // Bad arguments: the same verdict everywhere, from the rank that passed them.
     s = set.data->Broadcast(v.data(), 4, rank == 0 ? n : 0);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_EQ(s.origin_rank(), rank == 0 ? -1 : 0) << s.ToString();
     // Sequence numbers stay aligned.
     std::fill(v.begin(), v.end(), 1.0f);
     s = set.data->Allreduce(v.data(), v.data(), 10, DataType::kFloat32, ReduceOp::kSum);

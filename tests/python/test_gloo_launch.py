@@ -14,6 +14,7 @@ import time
 import pytest
 
 from horovod_compat.runner import gloo_launch, launch, run_func
+from horovod_compat.runner.common.util.hosts import SlotInfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,8 +41,8 @@ def _expected_slots(hosts, np):
         on_host = [r for r, h in enumerate(owner) if h == name]
         local_rank = on_host.index(rank)
         peers = [h for h in names if sum(1 for o in owner if o == h) > local_rank]
-        result.append(gloo_launch.Slot(name, rank, local_rank, peers.index(name), np,
-                                       len(on_host), len(peers)))
+        result.append(SlotInfo(name, rank, local_rank, peers.index(name), np, len(on_host),
+                               len(peers)))
     return result
 
 
