@@ -15,15 +15,15 @@
 namespace hvdc {
 namespace {
 
-const std::vector<Phase> kAll = {Phase::kStarting, Phase::kDraining, Phase::kRunning,
+const std::vector<Phase> kAll = {Phase::kStarting, Phase::kDraining,  Phase::kRunning,
                                  Phase::kDrained,  Phase::kAbandoned, Phase::kDown};
 
 // The diagram of lifecycle.h, written out independently of TransitionAllowed.
 const std::set<std::pair<Phase, Phase>> kArrows = {
-    {Phase::kStarting, Phase::kRunning},   {Phase::kStarting, Phase::kDown},
-    {Phase::kRunning, Phase::kDraining},   {Phase::kRunning, Phase::kAbandoned},
-    {Phase::kDraining, Phase::kDrained},   {Phase::kDraining, Phase::kAbandoned},
-    {Phase::kDrained, Phase::kDown},       {Phase::kAbandoned, Phase::kDown},
+    {Phase::kStarting, Phase::kRunning}, {Phase::kStarting, Phase::kDown},
+    {Phase::kRunning, Phase::kDraining}, {Phase::kRunning, Phase::kAbandoned},
+    {Phase::kDraining, Phase::kDrained}, {Phase::kDraining, Phase::kAbandoned},
+    {Phase::kDrained, Phase::kDown},     {Phase::kAbandoned, Phase::kDown},
 };
 
 // A path from Starting to `phase` along the arrows.
