@@ -169,8 +169,9 @@ class Runtime {
   // may be called in every phase, and the control thread keeps advancing the phase (Running,
   // Draining, Drained) while the caller waits; it says who stops the threads, not where the
   // runtime is. The other facts that once sat beside the phase are not the runtime's life either:
-  // whether the global set's rounds have ended is that set's own `closed` (GlobalClosed()), and
-  // the exit timer belongs to the process (ExitLater), which it outlives.
+  // whether the global set's rounds have ended is that set's own `closed` (GlobalClosed()); the
+  // exit timer belongs to the process (ExitLater), which it outlives; and a second peer-loss report
+  // needs no flag, since the first to reach the control thread stops it (PeerLost).
   std::atomic<bool> shutdown_claimed_{false};
 };
 
