@@ -15,8 +15,9 @@
 //              HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, or a shutdown did not complete): everything
 //              pending failed here, without waiting for anyone; the control thread stops, and an
 //              executor may stay stuck in communication with a dead peer.
-//   Down       Shutdown() has joined (or left behind) every thread and released the transport.
-//              Starting goes there directly when Create() fails.
+//   Down       Shutdown() has joined every thread (after Abandoned, an executor stuck with a dead
+//              peer is left behind) and, after Drained, released the transport. Starting goes
+//              there directly when Create() fails.
 //
 // The first state after Running fixes why later operations fail (the status of Leave()); an
 // abandoned drain keeps the drain's reason. A transition not drawn above is a bug in the runtime:
