@@ -270,9 +270,12 @@ TEST(ProcessExit, ExitWhileDrainingWithAStoppedPeer) {
   job.Signal(0, SIGUSR1);
   ASSERT_TRUE(job.WaitEnded(0)) << "rank 0 did not exit\n" << job.All();
   EXPECT_TRUE(job.ExitedWith(0, 0)) << job.All();
+  // Failed once: by the loss (Abandoned), or -- when the mesh fails the drain's round first -- by
+  // the set's closing with the shut-down error (Drained; the loss report then comes too late).
   EXPECT_EQ(Count(job.Log(0), "CALLBACK"), 1) << job.All();
-  EXPECT_EQ(Count(job.Log(0), "CALLBACK " + std::to_string(HVDC_PEER_LOST) + "\n"), 1) << job.All();
-  EXPECT_NE(job.Log(0).find("rank 1"), std::string::npos) << job.All();
+  const int peer_lost = Count(job.Log(0), "CALLBACK " + std::to_string(HVDC_PEER_LOST) + "\n");
+  const int shut_down = Count(job.Log(0), "CALLBACK " + std::to_string(HVDC_UNKNOWN_ERROR) + "\n");
+  EXPECT_EQ(peer_lost + shut_down, 1) << job.All();
 }
 
 }  // namespace
