@@ -46,6 +46,24 @@ std::shared_ptr<Runtime> Current(TransportKind* kind) {
   return G().runtime;
 }
 
+// The exit hook. It reports nothing through g_last_error: by the time atexit handlers run, the
+// exiting thread's thread_local objects are destroyed, and writing one corrupts the heap (seen as
+// a crash in MPI_Finalize, the next handler).
+void ShutdownAtExit() {
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(G().mu);
+    rt = std::move(G().runtime);
+  }
+  if (!rt) return;
+  try {
+    Status s = rt->Shutdown();
+    if (!s.ok()) LogWarning("shutdown at exit: {}", s.ToString());
+  } catch (const std::exception& e) {
+    LogWarning("shutdown at exit: {}", e.what());
+  }
+}
+
 int Fail(StatusCode code, std::string msg) {
   g_last_error = std::move(msg);
   return static_cast<int>(code);
@@ -244,7 +262,7 @@ int hvdc_init(const hvdc_init_options* options) {
     G().transport_kind = chosen->kind;
     // Programs that never call shutdown() still stop the runtime's threads before anything that
     // was registered earlier (MPI_Finalize, when we initialized MPI) runs at exit.
-    static bool exit_hook = (std::atexit([] { hvdc_shutdown(); }), true);
+    static bool exit_hook = (std::atexit(ShutdownAtExit), true);
     (void)exit_hook;
     return HVDC_OK;
   });

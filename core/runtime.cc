@@ -98,6 +98,7 @@ Status Runtime::Create(Config config, std::unique_ptr<Transport> transport,
                                               rt->config_.timeline_mark_cycles, topo.rank));
   }
   Runtime* r = rt.get();
+  r->Advance(r->life_.Enter(Phase::kRunning), "Create");
   r->control_thread_ = std::thread([r] {
     PinControlThread(r->config_, r->topology());
     auto guard = boost::asio::make_work_guard(r->io_);
@@ -131,7 +132,7 @@ Status Runtime::CreateSet(int id, std::vector<int> ranks) {
 
 Status Runtime::Enqueue(int32_t process_set_id, EnqueueItem* items, size_t count,
                         Completion::Callback done, bool may_complete_inline) {
-  if (down_.load()) return ShutdownStatus();
+  if (!life_.running()) return ShutdownStatus();
   if (count == 0) return Status::InvalidArgument("nothing to enqueue");
   SetPtr st = sets_.Find(process_set_id);
   const std::string& first = items[0].request.name;

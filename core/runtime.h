@@ -5,8 +5,9 @@
 // Its code is split by concern: runtime.cc (start-up, enqueue, timeline), runtime_inline.cc
 // (one-member sets run on the caller's thread), runtime_control_loop.cc
 // (when each set negotiates, what happens with a round's result), runtime_process_sets.cc (adding,
-// removing and querying sets), runtime_shutdown.cc (orderly shutdown, giving up on dead peers). The
-// pieces with no Runtime state are units of their own: ProcessSet, ProcessSetTable,
+// removing and querying sets), runtime_shutdown.cc (orderly shutdown, giving up on dead peers). Its
+// life is one state, Lifecycle (lifecycle.h: Starting, Running, Draining, Drained, Abandoned,
+// Down). The pieces with no Runtime state are units of their own: ProcessSet, ProcessSetTable,
 // request_validator.h, execution_order.h.
 #pragma once
 
@@ -14,16 +15,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/config.h"
+#include "core/lifecycle.h"
 #include "core/process_set_admin.h"
 #include "core/process_set_table.h"
 #include "core/tensor_entry.h"
@@ -75,6 +75,9 @@ class Runtime {
   // Drains or fails everything pending, stops every thread. Idempotent.
   Status Shutdown();
 
+  // Where the runtime is in its life (lifecycle.h).
+  Phase phase() const { return life_.phase(); }
+
  private:
   using SetPtr = std::shared_ptr<ProcessSet>;
 
@@ -105,10 +108,15 @@ class Runtime {
   void HandleResult(ProcessSet& st, RoundResult& result, Clock::time_point now);
   bool Sequenced(const ProcessSet& st) const;
   bool AnyHeld() const;
+  // The global set has closed (in the same round on every rank, or when giving up on the peers):
+  // no global round will release held batches any more.
+  bool GlobalClosed() const;
   bool ReleaseHeld(const std::vector<uint64_t>& words);
   void CheckRoundDeadline(ProcessSet& st, Clock::time_point now);
 
   // Shutting down (runtime_shutdown.cc).
+  // A transition the lifecycle refuses is a bug here: logged (both states named), never silent.
+  void Advance(const Status& transition, const char* where);
   // `code`: what pending and later operations fail with (kPeerLost after a lost peer).
   void BeginShutdown(const std::string& reason, StatusCode code = StatusCode::kUnknownError);
   void CloseSet(ProcessSet& st, const Status& why);
@@ -119,8 +127,8 @@ class Runtime {
   // (HOROVOD_PEER_LOSS_EXIT_SECONDS) and has the control thread fail everything and stop.
   void PeerLost(const Status& lost);
   void OnPeerLost(const Status& lost);  // the control thread's part
-  // Arms the process exit (status 1, HOROVOD_PEER_LOSS_EXIT_SECONDS later; once) after a peer loss
-  // or a stall shutdown. Any thread.
+  // Arms the process exit (status 1, HOROVOD_PEER_LOSS_EXIT_SECONDS later; once per process) after
+  // a peer loss or a stall shutdown. Any thread.
   void ExitLater(const std::string& why);
   Status ShutdownStatus() const;
 
@@ -143,22 +151,17 @@ class Runtime {
   // Control thread only.
   int next_seq_ = 0;  // the seq of the next set created
   std::deque<std::shared_ptr<AdminOp>> admin_;
-  bool global_closed_ = false;  // the global set has closed: no more global rounds
-  bool shutting_down_ = false;
-  std::string shutdown_reason_;
-  Clock::time_point shutdown_started_{};
   std::vector<std::shared_ptr<TensorEntry>> drained_;  // a queue's drained entries (kept empty)
 
-  std::mutex state_mu_;  // guards finished_, abandoned_ (with state_cv_)
-  std::condition_variable state_cv_;
-  bool finished_ = false;   // the control thread has closed every set
-  bool abandoned_ = false;  // gave up on peers: threads may be stuck in communication
-  std::atomic<bool> peer_lost_{false};
-  std::atomic<bool> exit_armed_{false};
-  std::atomic<bool> shutdown_called_{false};
-  std::atomic<bool> down_{false};                     // enqueue refuses once set
-  std::string down_reason_;                           // written before down_ is set
-  StatusCode down_code_ = StatusCode::kUnknownError;  // with down_reason_
+  Lifecycle life_;
+  // Which caller of Shutdown() does the work (the others return at once). Not a phase: Shutdown()
+  // may be called in every phase, and the control thread keeps advancing the phase (Running,
+  // Draining, Drained) while the caller waits; it says who stops the threads, not where the
+  // runtime is. The other facts that once sat beside the phase are not the runtime's life either:
+  // whether the global set's rounds have ended is that set's own `closed` (GlobalClosed()); the
+  // exit timer belongs to the process (ExitLater), which it outlives; and a second peer-loss report
+  // needs no flag, since the first to reach the control thread stops it (PeerLost).
+  std::atomic<bool> shutdown_claimed_{false};
 };
 
 }  // namespace hvdc

@@ -35,6 +35,11 @@ bool Runtime::AnyHeld() const {
   return false;
 }
 
+bool Runtime::GlobalClosed() const {
+  SetPtr global = sets_.Find(0);
+  return !global || global->closed;
+}
+
 bool Runtime::ShouldStart(const ProcessSet& st, Clock::time_point now,
                           Clock::time_point* wake_at) const {
   // The global set's rounds also agree on process-set changes and release held batches.
@@ -97,11 +102,12 @@ void Runtime::OnWake() {
       }
     }
     FinishRemovals();
-    if (finished_ || (shutting_down_ &&
-                      std::all_of(sets.begin(), sets.end(), [](auto& s) { return s->closed; }))) {
-      std::lock_guard<std::mutex> lock(state_mu_);
-      finished_ = true;
-      state_cv_.notify_all();
+    // Abandoned has closed every set already; a drain ends when its last set closes.
+    const Phase phase = life_.phase();
+    if (phase == Phase::kAbandoned ||
+        (phase == Phase::kDraining &&
+         std::all_of(sets.begin(), sets.end(), [](auto& s) { return s->closed; }))) {
+      if (phase == Phase::kDraining) Advance(life_.Enter(Phase::kDrained), "OnWake");
       io_.stop();
       return;
     }
@@ -116,7 +122,7 @@ void Runtime::OnWake() {
       ProcessSet& st = *sp;
       if (st.closed || !st.negotiator->in_round()) continue;
       const bool busy =
-          st.negotiator->has_pending() || st.negotiator->has_unsent() || shutting_down_;
+          st.negotiator->has_pending() || st.negotiator->has_unsent() || !life_.running();
       wake_at = std::min(wake_at, st.NextPoll(now, busy));
     }
     timer_.expires_at(wake_at);
@@ -158,7 +164,7 @@ void Runtime::HandleResult(ProcessSet& st, RoundResult& result, Clock::time_poin
         PlanBatches(std::move(result.ready), config_, st.negotiator->size());
     if (!Sequenced(st)) {
       st.executor->Submit(std::move(batches));
-    } else if (global_closed_) {
+    } else if (GlobalClosed()) {
       // No global round will release them any more -- on any rank (see CloseSet).
       const Status why = ShutdownStatus();
       for (auto& b : batches) {
@@ -246,7 +252,7 @@ void Runtime::CheckRoundDeadline(ProcessSet& st, Clock::time_point now) {
     Abandon(why);
     return;
   }
-  if (shutting_down_ && now - shutdown_started_ > std::chrono::seconds(60)) {
+  if (!life_.running() && now - life_.left_running_at() > std::chrono::seconds(60)) {
     Abandon(
         fmt::format("shutdown: process set {} (ranks {}) did not complete its last "
                     "negotiation round within 60 s; a rank is stuck or dead",

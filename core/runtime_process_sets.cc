@@ -31,7 +31,7 @@ Status UnknownSet(int id) {
 Status Runtime::RunAdmin(std::shared_ptr<AdminOp> op) {
   std::future<Status> result = op->result.get_future();
   boost::asio::post(io_, [this, op] {
-    if (shutting_down_ || global_closed_) {
+    if (!life_.running()) {
       op->result.set_value(ShutDown());
       return;
     }
@@ -40,8 +40,7 @@ Status Runtime::RunAdmin(std::shared_ptr<AdminOp> op) {
   });
   // A stopped io_context never runs the task (nor anything posted after it): give up then.
   while (result.wait_for(milliseconds(20)) != std::future_status::ready) {
-    std::lock_guard<std::mutex> lock(state_mu_);
-    if (finished_) {
+    if (life_.settled()) {
       return result.wait_for(milliseconds(0)) == std::future_status::ready ? result.get()
                                                                            : ShutDown();
     }
@@ -54,7 +53,7 @@ Status Runtime::AddProcessSet(std::vector<int> ranks, int* id) {
     return ProcessSetFailure(ProcessSetError::kDynamicOff,
                              "add_process_set needs HOROVOD_DYNAMIC_PROCESS_SETS=1");
   }
-  if (down_.load()) return ShutDown();
+  if (!life_.running()) return ShutDown();
   std::shared_ptr<AdminOp> op = MakeAddOp(std::move(ranks), topology().size);
   HVDC_RETURN_IF_ERROR(RunAdmin(op));
   *id = op->id;
@@ -66,7 +65,7 @@ Status Runtime::RemoveProcessSet(int id) {
     return ProcessSetFailure(ProcessSetError::kDynamicOff,
                              "remove_process_set needs HOROVOD_DYNAMIC_PROCESS_SETS=1");
   }
-  if (down_.load()) return ShutDown();
+  if (!life_.running()) return ShutDown();
   if (id == 0 || !sets_.Find(id)) return UnknownSet(id);
   return RunAdmin(MakeRemoveOp(id));
 }

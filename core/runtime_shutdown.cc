@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -14,27 +15,16 @@
 #include "core/runtime.h"
 
 namespace hvdc {
-namespace {
 
-constexpr const char* kShutDownMessage =
-    "Horovod has been shut down. This happens when one of the ranks called shutdown() or exited "
-    "(for instance after an exception; look for it in that rank's log), or when a collective is "
-    "used after shutdown.";
-
-}  // namespace
-
-Status Runtime::ShutdownStatus() const {
-  return Status::FromCode(down_code_, down_reason_.empty() ? kShutDownMessage : down_reason_);
+void Runtime::Advance(const Status& transition, const char* where) {
+  if (!transition.ok()) LogFatal("internal error in Runtime::{}: {}", where, transition.message());
 }
 
+Status Runtime::ShutdownStatus() const { return life_.why(); }
+
 void Runtime::BeginShutdown(const std::string& reason, StatusCode code) {
-  if (shutting_down_) return;
-  shutting_down_ = true;
-  shutdown_started_ = Clock::now();
-  shutdown_reason_ = reason;
-  down_reason_ = reason.empty() ? kShutDownMessage : reason;
-  down_code_ = code;
-  down_.store(true);
+  if (!life_.running()) return;
+  Advance(life_.Leave(Phase::kDraining, reason, code), "BeginShutdown");
   if (!reason.empty()) LogError("{}", reason);
   for (auto& st : sets_.All()) {
     st->queue.Close(ShutdownStatus());
@@ -65,7 +55,6 @@ void Runtime::CloseSet(ProcessSet& st, const Status& why) {
   // may close it later, and run them). Once the global set closes -- in the same round on every
   // rank -- nothing is released any more, anywhere: fail what is held.
   if (st.id == 0) {
-    global_closed_ = true;
     FailAdmin();
     const Status down = ShutdownStatus();
     for (auto& sp : sets_.All()) {
@@ -83,14 +72,8 @@ void Runtime::CloseSet(ProcessSet& st, const Status& why) {
 
 void Runtime::Abandon(const std::string& reason, StatusCode code) {
   LogError("{}", reason);
-  if (!shutting_down_) {
-    down_reason_ = reason;
-    down_code_ = code;
-    down_.store(true);
-    shutdown_started_ = Clock::now();
-  }
-  shutting_down_ = true;
-  global_closed_ = true;
+  // After a drain began, operations keep the drain's reason (Lifecycle::Leave).
+  Advance(life_.Leave(Phase::kAbandoned, reason, code), "Abandon");
   const Status why = Status::FromCode(code, reason);
   FailAdmin();
   for (auto& sp : sets_.All()) {
@@ -110,13 +93,14 @@ void Runtime::Abandon(const std::string& reason, StatusCode code) {
     }
     st.held.clear();
   }
-  std::lock_guard<std::mutex> state_lock(state_mu_);
-  abandoned_ = true;
 }
 
 void Runtime::ExitLater(const std::string& why) {
+  // Once per process, not per runtime: the timer outlives the runtime that armed it, and a second
+  // one could only fire later.
+  static std::atomic<bool> armed{false};
   const double exit_s = config_.peer_loss_exit_s;
-  if (exit_s <= 0 || exit_armed_.exchange(true)) return;
+  if (exit_s <= 0 || armed.exchange(true)) return;
   // Ends the process even when the program never calls horovod_compat again (idle, or stuck
   // elsewhere). Detached: it touches nothing of the runtime, which may be gone by then.
   std::thread([exit_s, why] {
@@ -131,62 +115,53 @@ void Runtime::ExitLater(const std::string& why) {
 }
 
 void Runtime::PeerLost(const Status& lost) {
-  if (peer_lost_.exchange(true)) return;  // one loss is enough; the others are its consequences
   ExitLater(lost.message());
-  // If the control thread has already stopped (the failed round shut it down), this never runs:
-  // that path has failed everything already.
+  // The first loss to reach the control thread stops it; a later one (often a consequence of the
+  // first) never runs, and neither does any if the thread had stopped already: that path has
+  // failed everything.
   boost::asio::post(io_, [this, lost] { OnPeerLost(lost); });
 }
 
 void Runtime::OnPeerLost(const Status& lost) {
+  if (life_.settled()) return;
   Abandon(fmt::format(
               "{}. A peer rank was lost: every pending and later operation fails, and this rank "
               "shuts down",
               lost.message()),
           StatusCode::kPeerLost);
-  std::lock_guard<std::mutex> lock(state_mu_);
-  finished_ = true;
-  state_cv_.notify_all();
   io_.stop();
 }
 
 Status Runtime::Shutdown() {
-  if (shutdown_called_.exchange(true)) return Status::OK();
+  if (shutdown_claimed_.exchange(true)) return Status::OK();
   if (!control_thread_.joinable()) {  // Create() failed before starting it
     for (auto& st : sets_.All()) {
       if (st->executor) st->executor->Stop();
     }
     sets_.Clear();
     transport_->Finalize();
+    Advance(life_.Enter(Phase::kDown), "Shutdown");
     return Status::OK();
   }
   boost::asio::post(io_, [this] {
     BeginShutdown("");
     Wake();
   });
-  {
-    std::unique_lock<std::mutex> lock(state_mu_);
-    const double limit = std::max(60.0, config_.stall_shutdown_time_s + 10);
-    if (!state_cv_.wait_for(lock, Seconds(limit), [&] { return finished_; })) {
-      lock.unlock();
-      boost::asio::post(io_, [this, limit] {
+  const double limit = std::max(60.0, config_.stall_shutdown_time_s + 10);
+  if (!life_.WaitSettled(Seconds(limit))) {
+    boost::asio::post(io_, [this, limit] {
+      if (!life_.settled()) {
         Abandon(
             fmt::format("shutdown did not complete within {:.0f} s: a peer rank is stuck or "
                         "dead",
                         limit));
-        std::lock_guard<std::mutex> l(state_mu_);
-        finished_ = true;
-        io_.stop();
-      });
-    }
+      }
+      io_.stop();
+    });
   }
   if (control_thread_.joinable()) control_thread_.join();
   transport_->SetPeerLostHandler(nullptr);
-  bool abandoned;
-  {
-    std::lock_guard<std::mutex> lock(state_mu_);
-    abandoned = abandoned_;
-  }
+  const bool abandoned = life_.phase() == Phase::kAbandoned;
   std::vector<SetPtr> sets = sets_.All();
   for (auto& st : sets) {
     if (!st->executor) continue;
@@ -206,6 +181,7 @@ Status Runtime::Shutdown() {
     sets.clear();
     transport_->Finalize();
   }
+  Advance(life_.Enter(Phase::kDown), "Shutdown");
   return Status::OK();
 }
 

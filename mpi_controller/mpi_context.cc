@@ -37,8 +37,8 @@ Status AcquireMpi(bool serialized_only, bool* owns) {
   *owns = false;
   if (MpiFinalized()) {
     return Status::PreconditionError(
-        "MPI has already been finalized in this process (by an earlier shutdown or by the "
-        "program); MPI cannot be initialized a second time");
+        "MPI has already been finalized in this process (by the program: horovod_compat "
+        "finalizes it only at exit); MPI cannot be initialized a second time");
   }
   int initialized = 0;
   MPI_Initialized(&initialized);

@@ -8,9 +8,11 @@
 //   rank subset a list of MPI_COMM_WORLD ranks (MPI_Comm_create_group); the world's rank order is
 //               the list's order, and a rank outside the list gets an InvalidArgument error.
 // From the world: local (MPI_Comm_split_type SHARED) and cross (split by local rank) communicators.
-// Every communicator we create has MPI_ERRORS_RETURN. Finalize() frees them and calls MPI_Finalize
-// only if we called MPI_Init_thread. MPI cannot be initialized twice in a process, so a managed
-// context created after a Finalize() fails with a message saying so.
+// Every communicator we create has MPI_ERRORS_RETURN. Finalize() frees them; MPI itself, when we
+// initialized it, is finalized once, at process exit (an atexit hook registered with
+// MPI_Init_thread, so it runs after the C API's own exit hook has stopped the runtime): MPI
+// cannot be initialized twice in a process, and init() after shutdown() must find it ready.
+// Only a program that finalized MPI itself makes a later managed context fail, saying so.
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -79,10 +81,10 @@ class MpiContext {
   const Topology& topology() const { return topology_; }
   // What MPI_Query_thread reports.
   int thread_level() const { return thread_level_; }
-  // Whether this context called MPI_Init_thread (and so Finalize() calls MPI_Finalize).
+  // Whether MPI was initialized by us (by this context or an earlier one of this process).
   bool owns_mpi() const { return owns_mpi_; }
 
-  // Frees the communicators and, if we initialized MPI, finalizes it. Idempotent.
+  // Frees the communicators (MPI stays initialized until process exit). Idempotent.
   void Finalize();
 
  private:

@@ -28,8 +28,9 @@ struct MpiTransportOptions {
 
 // Initializes MPI if nobody has (requesting MPI_THREAD_MULTIPLE, or MPI_THREAD_SERIALIZED when
 // config.mpi_threads_disable) and builds the world. threads_supported() is true only when MPI
-// provides MPI_THREAD_MULTIPLE and threads are not disabled. Finalize() calls MPI_Finalize only if
-// this transport initialized MPI.
+// provides MPI_THREAD_MULTIPLE and threads are not disabled. Finalize() frees the communicators;
+// MPI, if we initialized it, is finalized at process exit (mpi_context.h), so a later init()
+// finds it ready.
 Status MakeMpiTransport(const Config& config, const MpiTransportOptions& opts,
                         std::unique_ptr<Transport>* out);
 
