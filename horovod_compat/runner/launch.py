@@ -230,13 +230,15 @@ def _version() -> str:
 
 
 def with_alias(command: List[str]) -> List[str]:
-    """``python script.py ...`` / ``python -m mod ...`` -> run through horovod_compat.alias."""
+    """``python script.py ...`` / ``python -m mod ...`` -> run through horovod_compat.alias, with
+    the sys.path the command would have had on its own (alias.BOOTSTRAP says why not ``-m``)."""
     if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
         return command
     if command[1] == "-m" and len(command) > 2 and command[2] == "horovod_compat.alias":
         return command
     if command[1] == "-m" or not command[1].startswith("-"):
-        return [command[0], "-m", "horovod_compat.alias"] + command[1:]
+        from horovod_compat import alias
+        return alias.command_through_alias(command[0], command[1:])
     return command
 
 
