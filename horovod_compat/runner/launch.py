@@ -335,8 +335,9 @@ def _run_gloo(args: argparse.Namespace, command: List[str]) -> int:
               file=sys.stderr, flush=True)
     try:
         hosts = job_hosts(args, args.np or 1)
-        return gloo_launch.run_gloo(args, command, runtime_env(args), hosts, _FORWARDED,
-                                    _NEVER_FORWARDED)
+        # The ranks' start-up errors name the launcher as what set the Gloo variables.
+        runtime = dict(runtime_env(args), HVDC_TCP_ADDRESS_ORIGIN="horovodrun --gloo")
+        return gloo_launch.run_gloo(args, command, runtime, hosts, _FORWARDED, _NEVER_FORWARDED)
     except (ValueError, RuntimeError) as error:
         print(f"horovodrun: {error}", file=sys.stderr, flush=True)
         return 2
