@@ -361,6 +361,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.String("HVDC_TCP_PEERS", &c.tcp_peers);
   env.String("HOROVOD_SECRET_KEY", &c.secret_key);
   env.String("HVDC_TCP_BIND_ADDRESS", &c.tcp_bind_address);
+  env.String("HVDC_TCP_ADDRESS_ORIGIN", &c.tcp_address_origin);
   env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
   for (const NoEffectEntry& e : NoEffectEntries()) {
@@ -453,6 +454,7 @@ std::string Config::Describe() const {
   line("HVDC_TCP_PEERS", tcp_peers);
   line("HOROVOD_SECRET_KEY", secret_key.empty() ? "(not set)" : "(set)");
   line("HVDC_TCP_BIND_ADDRESS", tcp_bind_address);
+  line("HVDC_TCP_ADDRESS_ORIGIN", tcp_address_origin);
   line("HVDC_CHUNK_BYTES", chunk_bytes);
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));

@@ -91,6 +91,10 @@ struct Config {
   // HVDC_TCP_BIND_ADDRESS: the address the TCP transport listens on when HOROVOD_GLOO_IFACE is
   // not set ("0.0.0.0" or "::" = every interface); empty = chosen as docs/tcp.md says.
   std::string tcp_bind_address;
+  // HVDC_TCP_ADDRESS_ORIGIN: what set the addresses above, named in start-up errors instead of
+  // variables the user never saw: "TF_CONFIG" (the shim's translation of a TF_CONFIG cluster),
+  // "horovodrun --gloo" (our launcher); empty = the variables were set by hand.
+  std::string tcp_address_origin;
 
   // Ours (no Horovod equivalent):
   // HVDC_CHUNK_BYTES: long CPU reductions are issued in chunks of this many bytes (cache-sized).

@@ -121,7 +121,32 @@ def _run_failing_fast(run: Any) -> None:
         _fail_fast(1)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+# What a launcher runs in place of ``python``: ``python -c BOOTSTRAP script.py args...``. With
+# ``-m horovod_compat.alias`` Python would put the working directory first on sys.path before
+# horovod_compat is imported, so a folder named horovod_compat (or horovod) there would shadow
+# the installed package; ``-c`` puts '' there instead, which the bootstrap drops before importing
+# anything, and main() then gives the command the sys.path ``python script.py`` would have had.
+BOOTSTRAP = ("import sys; sys.path[:1] == [''] and sys.path.pop(0); "
+             "from horovod_compat.alias import main; main(path0_set=False)")
+
+
+def command_through_alias(python: str, args: Sequence[str]) -> List[str]:
+    """The command that runs ``python args...`` (a script or ``-m module``) under the alias."""
+    return [python, "-c", BOOTSTRAP, *args]
+
+
+def _set_path0(entry: str, replace: bool) -> None:
+    if replace and sys.path:
+        sys.path[0] = entry
+    else:
+        sys.path.insert(0, entry)
+
+
+def main(argv: Optional[Sequence[str]] = None, path0_set: bool = True) -> None:
+    """Runs ``script.py args`` or ``-m module args`` as ``python`` would, under the alias.
+
+    path0_set: sys.path[0] is the entry Python put there for ``-m horovod_compat.alias`` (the
+    working directory), to be replaced; False when a launcher's BOOTSTRAP removed it already."""
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
     if not args:
         sys.stderr.write("usage: python -m horovod_compat.alias (script.py | -m module) "
@@ -133,12 +158,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             sys.stderr.write("horovod_compat.alias: -m needs a module name\n")
             sys.exit(2)
         sys.argv = [args[1]] + args[2:]
+        _set_path0(os.getcwd(), path0_set)   # python -m puts the working directory first
         _run_failing_fast(lambda: runpy.run_module(args[1], run_name="__main__",
                                                    alter_sys=True))
     else:
         script = args[0]
         sys.argv = list(args)
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        # python script.py puts the script's folder first (symbolic links resolved).
+        _set_path0(os.path.dirname(os.path.realpath(script)), path0_set)
         _run_failing_fast(lambda: runpy.run_path(script, run_name="__main__"))
 
 

@@ -134,20 +134,33 @@ Status InterfaceAddress(const std::string& name, std::string* address) {
   return Status::OK();
 }
 
+namespace {
+
+// ", set by horovodrun --gloo" when a launcher set the variables, for messages naming them.
+std::string SetBy(const Config& c) {
+  return c.tcp_address_origin.empty() || c.tcp_address_origin == "TF_CONFIG"
+             ? ""
+             : fmt::format(", set by {}", c.tcp_address_origin);
+}
+
+}  // namespace
+
 Status IdentityFromConfig(const Config& c, Identity* out) {
   Identity id;
   const auto& g = c.gloo;
   if (!c.tcp_peers.empty()) {
+    // A TF_CONFIG cluster reaches us as HVDC_TCP_PEERS: errors name TF_CONFIG, which the user set.
+    id.peers_origin = c.tcp_address_origin == "TF_CONFIG" ? "TF_CONFIG" : "HVDC_TCP_PEERS";
     id.peers = SplitCommas(c.tcp_peers);
     for (size_t i = 0; i < id.peers.size(); ++i) {
       std::string host;
       int port = 0;
       HVDC_RETURN_IF_ERROR(
-          ParseHostPort(id.peers[i], fmt::format("HVDC_TCP_PEERS entry {}", i), &host, &port));
+          ParseHostPort(id.peers[i], fmt::format("{} entry {}", id.peers_origin, i), &host, &port));
       if (port == 0) {
         return Status::InvalidArgument(
-            fmt::format("HVDC_TCP_PEERS entry {} ('{}'): every rank needs a fixed port, not 0", i,
-                        id.peers[i]));
+            fmt::format("{} entry {} ('{}'): every rank needs a fixed port, not 0", id.peers_origin,
+                        i, id.peers[i]));
       }
     }
     id.size = static_cast<int>(id.peers.size());
@@ -174,6 +187,10 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
                                    : (g.rank < 0 ? "HOROVOD_RANK is" : "HOROVOD_SIZE is")));
     }
     id.size = g.size;
+    id.peers_origin =
+        fmt::format("the rendezvous service at {}:{} (HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT{})",
+                    g.rendezvous_addr, g.rendezvous_port, SetBy(c));
+    id.bind_origin = fmt::format("the address this host reaches {} from", id.peers_origin);
     id.rendezvous_host = g.rendezvous_addr;
     id.rendezvous_port = g.rendezvous_port;
     id.job_token =
@@ -185,9 +202,9 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
   }
   id.rank = g.rank;
   if (id.rank >= id.size) {
-    return Status::InvalidArgument(
-        fmt::format("HOROVOD_RANK={} is not below the world size {}{}", id.rank, id.size,
-                    id.peers.empty() ? " (HOROVOD_SIZE)" : " (entries of HVDC_TCP_PEERS)"));
+    return Status::InvalidArgument(fmt::format(
+        "HOROVOD_RANK={} is not below the world size {}{}", id.rank, id.size,
+        id.peers.empty() ? " (HOROVOD_SIZE)" : fmt::format(" (entries of {})", id.peers_origin)));
   }
   if (!c.gloo_iface.empty()) {
     // Horovod's --network-interface may list several (eth0,eth1): the first that has an address.
@@ -197,7 +214,13 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
       if (s.ok()) break;
       if (first.ok()) first = s;
     }
-    if (id.bind_host.empty()) return first;
+    if (id.bind_host.empty()) {
+      return SetBy(c).empty() ? first
+                              : Status::FromCode(first.code(), first.message() + SetBy(c) +
+                                                                   " (--network-interface)");
+    }
+    id.bind_origin = fmt::format("the address of HOROVOD_GLOO_IFACE={}{}", c.gloo_iface,
+                                 SetBy(c).empty() ? "" : SetBy(c) + " --network-interface");
   } else if (!c.tcp_bind_address.empty()) {
     if (!IsNumericAddress(c.tcp_bind_address)) {
       return Status::InvalidArgument(fmt::format(
@@ -205,17 +228,19 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
           c.tcp_bind_address));
     }
     id.bind_host = c.tcp_bind_address;
+    id.bind_origin = "HVDC_TCP_BIND_ADDRESS";
   } else if (!id.peers.empty()) {
     std::string own_host, note;
     int port = 0;
     HVDC_RETURN_IF_ERROR(ParseHostPort(
-        id.peers[id.rank], fmt::format("HVDC_TCP_PEERS entry {}", id.rank), &own_host, &port));
+        id.peers[id.rank], fmt::format("{} entry {}", id.peers_origin, id.rank), &own_host, &port));
     id.bind_host = StaticBindAddress(own_host, &note);
+    id.bind_origin = fmt::format("its {} entry '{}'", id.peers_origin, id.peers[id.rank]);
     if (id.bind_host.empty()) {
       LogWarning(
-          "TCP transport: rank {} listens on every interface: {} (set HOROVOD_GLOO_IFACE or "
+          "TCP transport: rank {} listens on every interface: {} ({}; set HOROVOD_GLOO_IFACE or "
           "HVDC_TCP_BIND_ADDRESS to choose)",
-          id.rank, note);
+          id.rank, note, id.bind_origin);
     }
   }
   id.secret_key = c.secret_key;

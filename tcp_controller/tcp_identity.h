@@ -22,6 +22,12 @@ struct Identity {
   // list) this rank's own entry when it is an address of this machine; empty = the mesh's default
   // (the store's local address; every interface for a static list whose entry is not local).
   std::string bind_host;
+  // For start-up errors: what chose the listening address, in the user's terms ("its TF_CONFIG
+  // entry 'h:p'", "HOROVOD_GLOO_IFACE=eth1, set by horovodrun --gloo --network-interface", ...).
+  std::string bind_origin;
+  // For start-up errors: where the peers' addresses come from ("TF_CONFIG", "HVDC_TCP_PEERS", "the
+  // rendezvous service at h:p (HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT, set by horovodrun --gloo)").
+  std::string peers_origin;
   uint64_t job_token = 0;  // tcp_wire.h: JobToken of the peer list / rendezvous service and size
   std::string secret_key;  // HOROVOD_SECRET_KEY (never logged)
 };

@@ -62,8 +62,12 @@ struct MeshOptions {
   // Send/Recv fails with its error, also towards the live peers -- a rank blocked on a live peer
   // that itself gave up would otherwise wait forever. Off, the other peers stay usable.
   bool end_on_loss = false;
-  // Where the peer list came from, for error messages ("HVDC_TCP_PEERS").
+  // Where the peer list came from, for error messages ("HVDC_TCP_PEERS", "TF_CONFIG", the
+  // rendezvous service and its variables).
   std::string source = "HVDC_TCP_PEERS";
+  // What chose bind_host, for error messages (tcp_identity.h, Identity::bind_origin); empty =
+  // this rank's entry of the static list.
+  std::string listen_origin;
 };
 
 // Splits "host:port" (IPv6 hosts in brackets); InvalidArgument naming `what` when malformed.

@@ -366,11 +366,14 @@ Status GatherAddresses(Mesh::Impl* m, const std::string& advertised, Clock::time
     missing.swap(still);
     if (missing.empty()) break;
     if (Clock::now() >= deadline) {
+      // The transport's description names the service's variables and who set them.
+      const std::string where =
+          o.source == MeshOptions().source ? "the " + o.store->Describe() : o.source;
       return Status::UnknownError(fmt::format(
-          "TCP transport: rank {} timed out after {} s waiting at the {} for ranks {} to register "
+          "TCP transport: rank {} timed out after {} s waiting at {} for ranks {} to register "
           "(HOROVOD_GLOO_TIMEOUT_SECONDS; were they started, with HOROVOD_SIZE={}?)",
-          o.rank, std::chrono::duration_cast<std::chrono::seconds>(o.timeout).count(),
-          o.store->Describe(), JoinInts(missing), o.size));
+          o.rank, std::chrono::duration_cast<std::chrono::seconds>(o.timeout).count(), where,
+          JoinInts(missing), o.size));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min(backoff_ms * 2, 200);
@@ -419,7 +422,9 @@ Status Mesh::Impl::Connect() {
   if (ec) {
     return Status::UnknownError(
         fmt::format("TCP transport: rank {} cannot listen on {}:{}{}: {}", o.rank, bind_host, port,
-                    o.store ? "" : fmt::format(" (its {} entry '{}')", o.source, o.peers[o.rank]),
+                    !o.listen_origin.empty() ? fmt::format(" ({})", o.listen_origin)
+                    : o.store                ? ""
+                              : fmt::format(" (its {} entry '{}')", o.source, o.peers[o.rank]),
                     ec.message()));
   }
   const int bound_port = acceptor.local_endpoint(ec).port();
@@ -450,8 +455,8 @@ Status Mesh::Impl::Connect() {
     auto endpoints = resolver.resolve(host, std::to_string(p), ec);
     if (ec) {
       return Status::UnknownError(
-          fmt::format("TCP transport: rank {} cannot resolve rank {}'s host '{}': {}", o.rank, q,
-                      host, ec.message()));
+          fmt::format("TCP transport: rank {} cannot resolve rank {}'s host '{}' (from {}): {}",
+                      o.rank, q, host, o.source, ec.message()));
     }
     ConnectTo(st, q, endpoints, 10);
   }
@@ -479,8 +484,9 @@ Status Mesh::Impl::Connect() {
   }
   for (Peer& p : peers) p.socket.reset();
   return Status::UnknownError(
-      fmt::format("TCP transport: rank {} could not connect to every rank within {} ms: {}", o.rank,
-                  o.timeout.count(), fmt::join(why, "; ")));
+      fmt::format("TCP transport: rank {} could not connect to every rank within {} ms "
+                  "(addresses from {}): {}",
+                  o.rank, o.timeout.count(), o.source, fmt::join(why, "; ")));
 }
 
 }  // namespace tcp

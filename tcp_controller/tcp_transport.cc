@@ -127,6 +127,8 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
   options.size = id.size;
   options.peers = id.peers;
   options.bind_host = id.bind_host;
+  options.source = id.peers_origin;
+  options.listen_origin = id.bind_origin;
   options.job_token = id.job_token;
   options.secret_key = id.secret_key;
   options.timeout = std::chrono::seconds(config.gloo_timeout_s);
@@ -136,11 +138,16 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
   options.end_on_loss = true;
   std::unique_ptr<rendezvous::HttpStore> store;
   if (id.peers.empty()) {
-    HVDC_RETURN_IF_ERROR(rendezvous::HttpStore::Create(id.rendezvous_host, id.rendezvous_port,
-                                                       "global", options.timeout, &store));
+    Status reached = rendezvous::HttpStore::Create(id.rendezvous_host, id.rendezvous_port, "global",
+                                                   options.timeout, &store);
+    if (!reached.ok() && !config.tcp_address_origin.empty()) {
+      // The message names the variables; say who set them (the user may never have).
+      return Status::FromCode(reached.code(), fmt::format("{} (set by {})", reached.message(),
+                                                          config.tcp_address_origin));
+    }
+    HVDC_RETURN_IF_ERROR(reached);
     store->set_secret(id.secret_key);
     options.store = store.get();
-    options.source = "rendezvous";
   }
   std::shared_ptr<tcp::Mesh> mesh;
   HVDC_RETURN_IF_ERROR(tcp::Mesh::Create(options, &mesh));

@@ -67,13 +67,17 @@ class HorovodBasics:
                                      "build of horovod_compat.")
                 comm_addr = _mpi_comm_address(comm)
         _ps._base_comm = comm if comm_addr else None
-        set_ranks = _ps._init_time_rank_lists(process_sets)
+        set_ranks, duplicate = _ps._init_time_rank_lists(process_sets)
         if _core.init(ranks, comm_addr, set_ranks) != _core.OK:
             raise ValueError(f"Horovod initialization failed: {_core.last_error()}")
         if not self._atexit_registered:
             atexit.register(self.shutdown)
             self._atexit_registered = True
         _ps._init_process_sets(process_sets)
+        if duplicate is not None:
+            # Horovod's behaviour: initialised all the same, so size()/rank() work and a later
+            # init() with a valid list goes on.
+            raise ValueError(duplicate)
 
     def shutdown(self) -> None:
         """Stops the runtime; later collectives fail."""

@@ -1,7 +1,7 @@
 """Process sets: subsets of ranks that run their own collectives (Horovod's process_sets)."""
 
 import numbers
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 # The HorovodBasics instance of the frontend that imported us (bound by _setup()).
 _basics: Any = None
@@ -126,25 +126,35 @@ def _init_process_sets(process_sets: Optional[List[ProcessSet]]) -> None:
     if not process_sets:
         return
     known = _registered_sets()
+    given = set()
     for ps in process_sets:
-        ps.process_set_id = known.get(tuple(_ranks_of(ps)))
+        ranks = tuple(_ranks_of(ps))
+        # A repeated entry stays unregistered (id None), as in Horovod.
+        ps.process_set_id = None if ranks in given else known.get(ranks)
+        given.add(ranks)
 
 
-def _init_time_rank_lists(process_sets: Optional[List[ProcessSet]]) -> List[List[int]]:
-    """Rank lists to register at init; duplicates raise ValueError."""
+def _init_time_rank_lists(process_sets: Optional[List[ProcessSet]]
+                          ) -> Tuple[List[List[int]], Optional[str]]:
+    """Rank lists to register at init, each once, and the complaint about the first entry that
+    repeats an earlier one (None when there is none). As in Horovod, a duplicate does not stop
+    init: the runtime starts with the distinct sets and init() raises afterwards."""
     if not process_sets:
-        return []
-    seen = set()
-    lists = []
-    for ps in process_sets:
+        return [], None
+    lists: List[List[int]] = []
+    duplicate = None
+    for index, ps in enumerate(process_sets):
         if not isinstance(ps, ProcessSet):
             raise ValueError(f"init(process_sets=...) expects ProcessSet objects, got {ps!r}")
-        ranks = tuple(_ranks_of(ps))
-        if ranks in seen:
-            raise ValueError(f"Process set with ranks {list(ranks)} given twice.")
-        seen.add(ranks)
-        lists.append(list(ranks))
-    return lists
+        ranks = _ranks_of(ps)
+        if ranks in lists:
+            if duplicate is None:
+                duplicate = (f"Horovod could not register process_sets entry number {index}: "
+                             f"it is a duplicate (ranks {ranks}); the runtime was started with "
+                             f"the other sets")
+            continue
+        lists.append(ranks)
+    return lists, duplicate
 
 
 def add_process_set(process_set_or_ranks: Union[ProcessSet, Sequence[int]]) -> ProcessSet:

@@ -149,6 +149,8 @@ def translate(text: str) -> Tuple[int, Dict[str, str]]:
         "HOROVOD_CROSS_SIZE": str(where["cross_size"]),
         "HOROVOD_HOSTNAME": hosts[rank],
         "HVDC_TCP_PEERS": ",".join(addresses),
+        # Start-up errors then name TF_CONFIG's entries, not a variable the user never set.
+        "HVDC_TCP_ADDRESS_ORIGIN": "TF_CONFIG",
         "HOROVOD_CONTROLLER": "gloo",
     }
     return len(addresses), env

@@ -230,13 +230,15 @@ def _version() -> str:
 
 
 def with_alias(command: List[str]) -> List[str]:
-    """``python script.py ...`` / ``python -m mod ...`` -> run through horovod_compat.alias."""
+    """``python script.py ...`` / ``python -m mod ...`` -> run through horovod_compat.alias, with
+    the sys.path the command would have had on its own (alias.BOOTSTRAP says why not ``-m``)."""
     if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
         return command
     if command[1] == "-m" and len(command) > 2 and command[2] == "horovod_compat.alias":
         return command
     if command[1] == "-m" or not command[1].startswith("-"):
-        return [command[0], "-m", "horovod_compat.alias"] + command[1:]
+        from horovod_compat import alias
+        return alias.command_through_alias(command[0], command[1:])
     return command
 
 
@@ -333,8 +335,9 @@ def _run_gloo(args: argparse.Namespace, command: List[str]) -> int:
               file=sys.stderr, flush=True)
     try:
         hosts = job_hosts(args, args.np or 1)
-        return gloo_launch.run_gloo(args, command, runtime_env(args), hosts, _FORWARDED,
-                                    _NEVER_FORWARDED)
+        # The ranks' start-up errors name the launcher as what set the Gloo variables.
+        runtime = dict(runtime_env(args), HVDC_TCP_ADDRESS_ORIGIN="horovodrun --gloo")
+        return gloo_launch.run_gloo(args, command, runtime, hosts, _FORWARDED, _NEVER_FORWARDED)
     except (ValueError, RuntimeError) as error:
         print(f"horovodrun: {error}", file=sys.stderr, flush=True)
         return 2

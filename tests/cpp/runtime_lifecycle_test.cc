@@ -42,7 +42,6 @@ class LossyTransport : public Transport {
   explicit LossyTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
   const Topology& topology() const override { return inner_->topology(); }
   const char* name() const override { return inner_->name(); }
-  bool is_mpi() const override { return inner_->is_mpi(); }
   bool threads_supported() const override { return inner_->threads_supported(); }
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {
     return inner_->CreateProcessSet(world_ranks, out);

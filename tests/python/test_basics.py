@@ -1,6 +1,7 @@
 """Lifecycle, topology, constants and Python-side validation."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -156,3 +157,47 @@ def test_use_before_init_and_single_process():
         print("CHILD-OK")
     """)
     assert "CHILD-OK" in result.stdout, result.stdout + result.stderr
+
+
+
+DUPLICATE_SETS_CHILD = """
+    import tensorflow as tf
+    import horovod_compat.tensorflow as hvd
+    first, again = hvd.ProcessSet([0]), hvd.ProcessSet([0])
+    try:
+        hvd.init(process_sets=[first, again])
+    except ValueError as e:
+        assert "entry number 1" in str(e) and "duplicate" in str(e), e
+    else:
+        raise AssertionError("no ValueError for a duplicate process set")
+    assert hvd.is_initialized() and hvd.size() == 2
+    assert first.process_set_id is not None and again.process_set_id is None
+    valid, odd = hvd.ProcessSet([0]), hvd.ProcessSet([1])
+    hvd.init(process_sets=[valid])
+    assert valid.process_set_id == first.process_set_id
+    x = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum)
+    assert x.numpy().tolist() == [3.0], x
+    if hvd.rank() == 0:
+        y = hvd.allreduce(tf.constant([5.0]), op=hvd.Sum, process_set=valid)
+        assert y.numpy().tolist() == [5.0], y
+    print(f"CHILD-OK {hvd.rank()}", flush=True)
+"""
+
+
+@pytest.mark.skipif("OMPI_COMM_WORLD_SIZE" in os.environ or "HOROVOD_RANK" in os.environ,
+                    reason="starts its own mpirun; run from the test process without a launcher")
+def test_init_with_duplicate_process_sets_stays_initialised(tmp_path):
+    """Horovod raises ValueError for a repeated set but is initialised afterwards: size() and
+    rank() work, the first entry is registered, and a later init() with a valid list goes on."""
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(DUPLICATE_SETS_CHILD))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMI_", "PMIX_", "HOROVOD_"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    result = subprocess.run(["mpirun", "--timeout", "200", "-np", "2", "--oversubscribe",
+                             "--bind-to", "none", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            timeout=240)
+    assert result.returncode == 0, result.stdout
+    assert sorted(re.findall(r"CHILD-OK \d", result.stdout)) == ["CHILD-OK 0", "CHILD-OK 1"], \
+        result.stdout

@@ -52,18 +52,56 @@ def test_apply_edits_per_keras():
     edits = (harness.Edit("example-fix", "k3 only", "opt.variables()", "opt.variables",
                           (harness.KERAS3,)),
              harness.Edit("steps", "shorter", "range(1000)", "range(2)"))
-    k3, applied3 = harness.apply_edits(text, edits, harness.KERAS3)
-    tfk, applied_tfk = harness.apply_edits(text, edits, harness.TF_KERAS)
+    k3, applied3, differs3 = harness.apply_edits(text, edits, harness.KERAS3)
+    tfk, applied_tfk, differs_tfk = harness.apply_edits(text, edits, harness.TF_KERAS)
+    assert differs3 == differs_tfk == []
     assert k3 == "a = opt.variables\nfor i in range(2):\n    pass\n"
     assert tfk == "a = opt.variables()\nfor i in range(2):\n    pass\n"
     assert [e.why for e in applied3] == ["k3 only", "shorter"]
     assert [e.why for e in applied_tfk] == ["shorter"]
 
 
-def test_apply_edits_missing_text_is_an_error():
-    edit = harness.Edit("steps", "shorter", "range(1000)", "range(2)")
-    with pytest.raises(ValueError, match="range\\(1000\\)"):
-        harness.apply_edits("for i in range(10):\n", (edit,), harness.KERAS3)
+def test_apply_edits_reports_missing_text_and_goes_on():
+    edits = (harness.Edit("steps", "shorter", "range(1000)", "range(2)"),
+             harness.Edit("data", "smaller", ("n = 50", "n = 40"), "n = 4"),
+             harness.Edit("example-fix", "an older form", "legacy", "new", optional=True))
+    text, applied, differs = harness.apply_edits("for i in range(10):\nn = 40\n", edits,
+                                                 harness.KERAS3)
+    assert text == "for i in range(10):\nn = 4\n"         # the second alternative applied
+    assert [e.why for e in applied] == ["smaller"]
+    assert len(differs) == 1 and "range(1000)" in differs[0] and "shorter" in differs[0]
+
+
+def test_data_service_driver_runs_once_per_dispatcher_side():
+    name = "tensorflow2_mnist_data_service.py"
+    assert harness.runs([name], [harness.KERAS3]) == [(name, harness.KERAS3, "compute"),
+                                                       (name, harness.KERAS3, "training")]
+    # The train_fn files are run by the driver, not on their own.
+    assert set(harness.RUN_BY) == set(harness.EXAMPLES[name].companions)
+
+
+@needs_data
+@single_process
+def test_a_file_that_differs_is_reported_and_the_next_runs(tmp_path, capsys):
+    """One example's substitution does not apply, another is missing: both are reported in the
+    matrix and the run goes on to the next example (exit status 1)."""
+    (tmp_path / "fake_example.py").write_text(FAKE_EXAMPLE)
+    known = dict(harness.EXAMPLES)
+    try:
+        harness.EXAMPLES.clear()
+        harness.EXAMPLES["gone.py"] = harness.Example(kerases=(harness.KERAS3,))
+        harness.EXAMPLES["fake_example.py"] = harness.Example(kerases=(harness.KERAS3,), edits=(
+            harness.Edit("steps", "a form this file does not have", "LOOP = 5", "LOOP = 2"),))
+        code = harness.main(["--examples", str(tmp_path), "--timeout", "120"])
+    finally:
+        harness.EXAMPLES.clear()
+        harness.EXAMPLES.update(known)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "| `gone.py` | keras3 | missing |" in out, out
+    assert "| `fake_example.py` | keras3 | pass | none; DIFFERS: fake_example.py: text not " \
+        "found" in out, out
+    assert "LOOP=1000" not in out       # the output of a pass is printed only with --verbose
 
 
 def test_every_listed_edit_names_a_known_keras():
@@ -140,12 +178,10 @@ def test_fake_example_at_np2_through_alias(tmp_path):
 @single_process
 def test_horovod_examples_matrix():
     results = []
-    for name, spec in harness.EXAMPLES.items():
-        if spec.skip:
-            continue
-        for keras in spec.kerases:
-            results.append(harness.run_one(os.environ["HVDC_HOROVOD_EXAMPLES"], name, keras,
-                                           sys.executable, 2, 900))
-    failed = [r for r in results if r.status not in ("pass",)]
+    names = [n for n in harness.EXAMPLES if n not in harness.RUN_BY]
+    for name, keras, side in harness.runs(names, []):
+        results.append(harness.run_one(os.environ["HVDC_HOROVOD_EXAMPLES"], name, keras,
+                                       sys.executable, 2, 900, side=side))
+    failed = [r for r in results if r.status not in ("pass", "skip") or r.differs]
     assert not failed, harness.format_matrix(results) + "\n" + "\n".join(
         r.detail[-3000:] for r in failed)

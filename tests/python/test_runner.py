@@ -130,10 +130,13 @@ def test_check_build_lists_frameworks(capsys):
 
 
 def test_alias_is_added_to_python_commands():
+    from horovod_compat import alias
     assert launch.with_alias(["python3", "train.py", "-x"]) == \
-        ["python3", "-m", "horovod_compat.alias", "train.py", "-x"]
+        ["python3", "-c", alias.BOOTSTRAP, "train.py", "-x"]
     assert launch.with_alias(["/v/bin/python", "-m", "pkg.train"]) == \
-        ["/v/bin/python", "-m", "horovod_compat.alias", "-m", "pkg.train"]
+        ["/v/bin/python", "-c", alias.BOOTSTRAP, "-m", "pkg.train"]
+    aliased = ["python3", "-c", alias.BOOTSTRAP, "train.py"]
+    assert launch.with_alias(aliased) == aliased
     assert launch.with_alias(["python", "-c", "print(1)"]) == ["python", "-c", "print(1)"]
     assert launch.with_alias(["./train.sh", "a"]) == ["./train.sh", "a"]
 
@@ -272,3 +275,54 @@ def test_uncaught_exception_under_alias_fails_the_job(tmp_path):
     assert "Traceback (most recent call last)" in result.stdout, result.stdout
     assert "RuntimeError: uncaught on rank 1 of horovod 0.28.1" in result.stdout, result.stdout
     assert "rank 1 failed with exit code 1" in result.stdout, result.stdout
+
+
+# Prints sys.path before anything else, then where horovod_compat came from.
+SYS_PATH_SCRIPT = """
+    import json, sys
+    print("SYSPATH " + json.dumps(sys.path), flush=True)
+    import horovod_compat
+    import horovod
+    print("PACKAGE " + horovod_compat.__file__, flush=True)
+"""
+
+
+@needs_single_process
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("transport", ["mpi", "gloo"])
+def test_command_runs_with_the_sys_path_python_would_give_it(tmp_path, transport):
+    """horovodrun python train.py from a folder holding horovod_compat/ and horovod/ packages (a
+    source checkout, say): the ranks get the sys.path `python train.py` gets, so neither shadows
+    the installed package."""
+    if transport == "gloo" and not hvd.gloo_built():
+        pytest.skip("the core is built without the TCP transport")
+    cwd = tmp_path / "checkout"
+    for name in ("horovod_compat", "horovod"):
+        (cwd / name).mkdir(parents=True)
+        (cwd / name / "__init__.py").write_text("raise ImportError('the shadowing copy')\n")
+    script = tmp_path / "job" / "train.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(SYS_PATH_SCRIPT))
+    env = _clean_env()
+    alone = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    expected = re.findall(r"^SYSPATH (.*)$", alone.stdout, re.M)
+    assert len(expected) == 1, alone.stdout
+    # The console script, as a user runs it (python -m would itself import the shadowing copy).
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    if not os.path.exists(horovodrun):
+        pytest.skip(f"no {horovodrun} console script in this environment")
+    cmd = [horovodrun, f"--{transport}", "-np", "2", "--mpi-args=--timeout 150",
+           sys.executable, str(script)]
+    result = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout
+    assert re.findall(r"SYSPATH (.*)$", result.stdout, re.M) == expected * 2, \
+        (expected, result.stdout)
+    packages = re.findall(r"PACKAGE (.*)$", result.stdout, re.M)
+    assert packages == [horovod_compat_file()] * 2, result.stdout
+
+
+def horovod_compat_file() -> str:
+    import horovod_compat
+    return horovod_compat.__file__

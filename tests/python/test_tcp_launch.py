@@ -352,3 +352,79 @@ def test_peers_with_different_secrets_never_connect():
     # The connecting rank says why; the refusing one logged it.
     assert "it does not know the job's secret" in outs[0], outs[0]
     assert "instead of proving the job's secret" in outs[1], outs[1]
+
+
+# -- start-up errors name what the user set ----------------------------------------------------
+
+def _tf_config(cluster, index):
+    return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+
+
+@pytest.mark.timeout(120)
+def test_tf_config_busy_port_names_the_tf_config_entry():
+    """The port of this task's TF_CONFIG entry is taken: the error names that entry, not the
+    HVDC_TCP_PEERS variable the translation wrote."""
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        port = busy.getsockname()[1]
+        cluster = {"worker": [f"127.0.0.1:{port}", f"127.0.0.1:{_free_ports(1)[0]}"]}
+        proc = _init_process({"TF_CONFIG": _tf_config(cluster, 0),
+                              "HOROVOD_GLOO_TIMEOUT_SECONDS": "5"})
+        out, _ = proc.communicate(timeout=100)
+    finally:
+        busy.close()
+    assert proc.returncode == 4, out
+    assert (f"cannot listen on 127.0.0.1:{port} (its TF_CONFIG entry '127.0.0.1:{port}')"
+            in out), out
+    assert "HVDC_TCP_PEERS" not in out, out
+
+
+@pytest.mark.timeout(120)
+def test_tf_config_missing_peer_names_tf_config():
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    proc = _init_process({"TF_CONFIG": _tf_config(cluster, 1),
+                          "HOROVOD_GLOO_TIMEOUT_SECONDS": "2"})
+    out, _ = proc.communicate(timeout=100)
+    assert proc.returncode == 4, out
+    assert "could not connect to every rank within 2000 ms (addresses from TF_CONFIG)" in out, out
+    assert "HVDC_TCP_PEERS" not in out, out
+
+
+@pytest.mark.timeout(120)
+def test_gloo_variables_set_by_hand_are_named_as_such():
+    port = _free_ports(1)[0]
+    proc = _init_process({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+                          "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port), "HOROVOD_RANK": "0",
+                          "HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo",
+                          "HOROVOD_GLOO_TIMEOUT_SECONDS": "1"})
+    out, _ = proc.communicate(timeout=100)
+    assert proc.returncode == 4, out
+    assert f"cannot reach the rendezvous service at 127.0.0.1:{port} (HOROVOD_GLOO_RENDEZVOUS_ADDR" \
+        in out, out
+    assert "set by" not in out, out
+
+
+@pytest.mark.timeout(200)
+def test_gloo_variables_from_horovodrun_name_the_launcher(tmp_path):
+    """A rank of horovodrun --gloo whose rendezvous service is gone (its port points nowhere):
+    the error says the launcher set the variables."""
+    script = tmp_path / "lost_service.py"
+    script.write_text(textwrap.dedent(f"""
+        import os
+        os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"] = "{_free_ports(1)[0]}"
+        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = "1"
+        from horovod_compat.common.basics import HorovodBasics
+        try:
+            HorovodBasics().init()
+        except ValueError as error:
+            print("INIT FAILED:", error, flush=True)
+    """))
+    cmd = [sys.executable, "-m", "horovod_compat.runner.launch", "--gloo", "-np", "1",
+           sys.executable, str(script)]
+    result = subprocess.run(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=180)
+    assert "INIT FAILED: Horovod initialization failed: cannot reach the rendezvous service" \
+        in result.stdout, result.stdout
+    assert "(set by horovodrun --gloo)" in result.stdout, result.stdout

@@ -57,7 +57,7 @@ def test_every_task_gets_its_rank_and_topology(cluster):
             "HOROVOD_LOCAL_RANK": str(local_rank), "HOROVOD_LOCAL_SIZE": str(local_size),
             "HOROVOD_CROSS_RANK": str(cross_rank), "HOROVOD_CROSS_SIZE": str(cross_size),
             "HOROVOD_HOSTNAME": hosts[expected_rank], "HVDC_TCP_PEERS": ",".join(order),
-            "HOROVOD_CONTROLLER": "gloo"}
+            "HOROVOD_CONTROLLER": "gloo", "HVDC_TCP_ADDRESS_ORIGIN": "TF_CONFIG"}
 
 
 def test_topology_of_uneven_hosts():

@@ -1,0 +1,1 @@
+"""Launcher-side services (``horovod.runner.common.service``)."""
