@@ -52,7 +52,8 @@ if command -v ccache >/dev/null; then
   # What this run's compiles found in the cache, printed at the end.
   export CCACHE_STATSLOG
   CCACHE_STATSLOG=$(mktemp "${TMPDIR:-/tmp}/hvdc-ccache-stats.XXXXXX")
-  on_exit+=('echo "compiler cache, this run:"; ccache --show-log-stats | grep -E "Hits|Misses"'
+  on_exit+=('echo "compiler cache, this run:"
+             ccache --show-log-stats | grep -E "Hits|Misses" || echo "  nothing compiled"'
             'rm -f "$CCACHE_STATSLOG"')
 fi
 
