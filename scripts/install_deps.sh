@@ -3,7 +3,7 @@
 # apt when everything is already there.
 set -euo pipefail
 PKGS=(openmpi-bin libopenmpi-dev libboost-dev libfmt-dev pybind11-dev libgtest-dev cmake g++
-      ninja-build dataset-fashion-mnist clang-format iproute2)
+      ninja-build ccache dataset-fashion-mnist clang-format iproute2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

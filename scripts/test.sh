@@ -3,20 +3,59 @@
 #   1. every C++ test (GoogleTest under ctest; MPI suites under mpirun -np 2 and -np 3),
 #   2. the same under AddressSanitizer + UndefinedBehaviorSanitizer,
 #   3. the thread-rank harness, the in-memory world and the TCP transport under ThreadSanitizer,
-#   3b. a build without MPI, with the TCP suites (the C-API suites as processes over loopback),
+#   3b. a build without MPI, with the suites that go through the C API (where the transport is
+#       chosen: the TCP runs of the C-API suites, as processes over loopback),
 #   4. the Python/TensorFlow suites under mpirun, when scripts/install_python.sh exists.
 # Every test has a timeout; the script exits non-zero on any failure.
+#
+#   scripts/test.sh --quick   a developer's loop: the plain build's C++ suites and the Python
+#                             suites at np=2 only (no sanitizer or no-MPI build, no np=1/np=3,
+#                             TCP-launcher or MultiWorkerMirroredStrategy runs)
+#
+# Compiles through ccache when it is installed (scripts/install_deps.sh installs it): a machine
+# that has run this before, in any folder, recompiles only what changed.
 set -euo pipefail
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
-step() { printf '\n=== %s ===\n' "$*"; }
+# The suites each extra build runs (ctest names start with the target's name). Only these
+# targets are built there.
+# TSan: every suite that runs ranks (or enqueuing threads) as threads of one process.
+tsan_tests=(thread_rank_test thread_rank_stall_test controller_test join_test process_sets_test
+            executor_test runtime_test process_set_order_test process_set_table_test
+            tensor_queue_test local_world_test backend_async_test timeline_test logging_test
+            tcp_mesh_test tcp_host_comm_test tcp_control_channel_test tcp_init_test tcp_fuzz_test)
+# Without MPI: the suites that go through the C API, where the build's transports are chosen.
+# (The other suites compile to the same code with or without MPI; the plain build runs them.)
+nompi_tests=(init_test tcp_init_test tcp_peer_loss_test tcp_partition_test mpi_allreduce_test
+             mpi_collectives_test transport_soak_test)
+# ctest -R for the tests of these targets: the name, or the name and a suffix (_np2, _tcp_np3...).
+tests_regex() { local IFS='|'; echo "^($*)(_.*)?\$"; }
+
+step() { printf '\n=== %s (at %dm%02ds) ===\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
+
+on_exit=()
+trap 'for c in "${on_exit[@]}"; do eval "$c" || true; done' EXIT
 
 step "dependencies"
 bash scripts/install_deps.sh
+if command -v ccache >/dev/null; then
+  # What this run's compiles found in the cache, printed at the end.
+  export CCACHE_STATSLOG
+  CCACHE_STATSLOG=$(mktemp "${TMPDIR:-/tmp}/hvdc-ccache-stats.XXXXXX")
+  on_exit+=('echo "compiler cache, this run:"
+             ccache --show-log-stats | grep -E "Hits|Misses" || echo "  nothing compiled"'
+            'rm -f "$CCACHE_STATSLOG"')
+fi
 
 step "netns cluster (the multi-host and network-fault tests)"
 # Three pretend hosts (network namespaces, ../shared/tools/netns-cluster) for tcp_partition_test
@@ -32,7 +71,7 @@ else
   had_hosts=$(ip netns list 2>/dev/null | grep -c hvhost || true)
   if "$netns" up 3; then
     export HVDC_NETNS_CLUSTER=$netns
-    [ "$had_hosts" -eq 0 ] && trap '"$netns" down || true' EXIT
+    [ "$had_hosts" -eq 0 ] && on_exit+=('"$netns" down')
   else
     echo "NOTE: netns-cluster up 3 failed: the multi-host tests will skip"
   fi
@@ -43,38 +82,39 @@ bash scripts/build.sh build
 step "C++ tests"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
 
-if [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
+if [ "$quick" = 0 ] && [ "${HVDC_SKIP_SANITIZERS:-0}" != 1 ]; then
   step "build + C++ tests under ASan/UBSan"
   # The sanitizer builds leave the GPU backend out (HVDC_WITH_NCCL=OFF): nvcc code is not
   # instrumented, and its suites only skip on this machine; the plain build above covers them.
+  # Neither builds the benchmarks or the Python modules, which they do not run.
   bash scripts/build.sh build-asan -DHVDC_SANITIZE=address -DHVDC_BUILD_BENCH=OFF \
-    -DHVDC_WITH_NCCL=OFF
+    -DHVDC_WITH_NCCL=OFF -DHVDC_WITH_TENSORFLOW=OFF
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
 
   step "build + thread-rank tests under TSan"
-  # Every suite that runs ranks (or enqueuing threads) as threads of one process.
-  tsan_tests=(thread_rank_test thread_rank_stall_test controller_test join_test process_sets_test
-              executor_test runtime_test process_set_order_test process_set_table_test
-              tensor_queue_test local_world_test backend_async_test timeline_test logging_test
-              tcp_mesh_test tcp_host_comm_test tcp_control_channel_test tcp_init_test tcp_fuzz_test)
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDC_SANITIZE=thread \
-    -DHVDC_BUILD_BENCH=OFF -DHVDC_WITH_NCCL=OFF -DHVDC_WITH_TENSORFLOW=OFF >/dev/null
-  cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}"
+  bash scripts/build.sh build-tsan -DHVDC_SANITIZE=thread -DHVDC_BUILD_BENCH=OFF \
+    -DHVDC_WITH_NCCL=OFF -DHVDC_WITH_TENSORFLOW=OFF -- "${tsan_tests[@]}"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \
-    -R "^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
+    -R "$(tests_regex "${tsan_tests[@]}")"
 fi
 
-step "build without MPI (HVDC_WITH_MPI=OFF) + the TCP suites"
-cmake -S . -B build-nompi -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDC_WITH_MPI=OFF \
-  -DHVDC_BUILD_BENCH=OFF -DHVDC_WITH_NCCL=OFF -DHVDC_WITH_TENSORFLOW=OFF >/dev/null
-cmake --build build-nompi -j "$jobs"
-ctest --test-dir build-nompi --output-on-failure -j "$jobs" --timeout 300
+if [ "$quick" = 0 ]; then
+  step "build without MPI (HVDC_WITH_MPI=OFF) + the C-API suites over TCP"
+  bash scripts/build.sh build-nompi -DHVDC_WITH_MPI=OFF -DHVDC_BUILD_BENCH=OFF \
+    -DHVDC_WITH_NCCL=OFF -DHVDC_WITH_TENSORFLOW=OFF -- "${nompi_tests[@]}"
+  ctest --test-dir build-nompi --output-on-failure -j "$jobs" --timeout 300 \
+    -R "$(tests_regex "${nompi_tests[@]}")"
+fi
 
 if [ -x scripts/install_python.sh ] && [ -x tests/python/run_mpi_tests.sh ]; then
   step "Python / TensorFlow"
   bash scripts/install_python.sh
-  bash tests/python/run_mpi_tests.sh
+  if [ "$quick" = 1 ]; then
+    HVDC_TEST_NPS=2 HVDC_TEST_GLOO="" HVDC_TEST_MWMS=0 bash tests/python/run_mpi_tests.sh
+  else
+    bash tests/python/run_mpi_tests.sh
+  fi
 fi
 step "all tests passed"

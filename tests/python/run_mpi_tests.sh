@@ -28,7 +28,9 @@ export HOROVOD_DYNAMIC_PROCESS_SETS=1
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 export PYTHONDONTWRITEBYTECODE=1
 
-PYTEST=("$PY" -m pytest "$ROOT/tests/python" -p no:cacheprovider --timeout 300 -q -rfE "$@")
+# --durations: the slowest tests of each run are in the log (where CI's minutes go).
+PYTEST=("$PY" -m pytest "$ROOT/tests/python" -p no:cacheprovider --timeout 300 -q -rfE
+        --durations=8 --durations-min=5 "$@")
 
 # Rank 0 prints to the terminal; the other ranks log to files shown on failure.
 cat > "$LOGDIR/rank.sh" <<SH
