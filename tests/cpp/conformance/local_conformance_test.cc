@@ -1,5 +1,5 @@
 // The conformance suites over the in-memory world (local_controller/): ranks as threads of this
-// process, worlds of 1, 2, 3, 4 and 7.
+// process, worlds of 1, 2, 3, 4, 7 and 8.
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,7 +20,7 @@ std::vector<std::unique_ptr<Transport>> LocalTransports(int size) {
 
 std::vector<WorldParam> LocalWorlds() {
   std::vector<WorldParam> worlds;
-  for (int n : {1, 2, 3, 4, 7}) {
+  for (int n : {1, 2, 3, 4, 7, 8}) {
     worlds.push_back(
         {"np" + std::to_string(n), [n] { return ThreadWorld::Make(n, LocalTransports); }});
   }

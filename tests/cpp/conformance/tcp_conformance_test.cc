@@ -1,6 +1,7 @@
 // The conformance suites over the TCP transport (tcp_controller/) on loopback: ranks as threads of
-// this process, each with its own mesh (met through an in-memory store), worlds of 1, 2 and 3.
-// Segments are 4 KiB, so the larger sizes of the suites cross many of them.
+// this process, each with its own mesh (met through an in-memory store), worlds of 1, 2, 3 and 4
+// (recursive doubling with and without folded ranks). Segments are 4 KiB, so the larger sizes of
+// the suites cross many of them.
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,7 +30,7 @@ std::vector<std::unique_ptr<Transport>> TcpTransports(int size) {
 
 std::vector<WorldParam> TcpWorlds() {
   std::vector<WorldParam> worlds;
-  for (int n : {1, 2, 3}) {
+  for (int n : {1, 2, 3, 4}) {
     worlds.push_back(
         {"np" + std::to_string(n), [n] { return ThreadWorld::Make(n, TcpTransports); }});
   }

@@ -1,25 +1,24 @@
-// The TCP transport over loopback, ranks as threads: process sets (channels that talk only among
-// the members), the control channel's BitAnd/Gather/Broadcast, CheckAgreement, the identity
-// variables and the topology derived from hosts.
+// What only the TCP transport has, over loopback with ranks as threads: its name and topology,
+// a subset's data plane busy on an executor thread while the global set negotiates, the
+// transport made from the configuration, the identity variables, the topology derived from hosts,
+// and a peer gone in the middle of a collective. The ControlChannel, HostComm and process-set
+// contracts are checked by the conformance suites (conformance/tcp_conformance_test.cc).
+#include "tcp_controller/tcp_transport.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
+#include "tcp_controller/tcp_group.h"
+#include "tcp_controller/tcp_host_comm.h"
 #include "tcp_controller/tcp_identity.h"
-#include "tcp_controller/tcp_transport.h"
-#include "tcp_test_util.h"
+#include "tests/cpp/conformance/control_channel_checks.h"
+#include "tests/cpp/tcp_test_util.h"
 
 namespace hvdc {
 namespace {
 
 using tcp_test::RunRanks;
-
-// Drives a PendingOp to completion (the control thread's loop, without its deadline).
-Status Wait(std::unique_ptr<PendingOp> op) {
-  Status s;
-  while (!op->Test(&s)) std::this_thread::yield();
-  return s;
-}
 
 std::vector<std::unique_ptr<Transport>> MakeTransports(int n) {
   auto meshes = tcp_test::MakeMeshes(n);
@@ -29,39 +28,6 @@ std::vector<std::unique_ptr<Transport>> MakeTransports(int n) {
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
   return out;
-}
-
-uint64_t Bits(int rank, size_t w) { return ~(uint64_t{1} << ((rank * 7 + w * 3) % 64)); }
-
-void CheckControl(ControlChannel& ch, const std::vector<int>& members) {
-  const int n = static_cast<int>(members.size()), r = ch.rank();
-  ASSERT_EQ(ch.size(), n);
-  // BitAnd
-  std::vector<uint64_t> bits(5);
-  for (size_t w = 0; w < bits.size(); ++w) bits[w] = Bits(members[r], w);
-  ASSERT_TRUE(Wait(ch.StartBitAnd(&bits)).ok());
-  for (size_t w = 0; w < bits.size(); ++w) {
-    uint64_t expected = ~uint64_t{0};
-    for (int m : members) expected &= Bits(m, w);
-    EXPECT_EQ(bits[w], expected);
-  }
-  // Gather at 0
-  std::vector<std::string> gathered;
-  const std::string mine(static_cast<size_t>(members[r] * 3), static_cast<char>('a' + members[r]));
-  ASSERT_TRUE(Wait(ch.StartGather(mine, &gathered)).ok());
-  if (r == 0) {
-    ASSERT_EQ(gathered.size(), static_cast<size_t>(n));
-    for (int q = 0; q < n; ++q) {
-      EXPECT_EQ(gathered[q], std::string(static_cast<size_t>(members[q] * 3),
-                                         static_cast<char>('a' + members[q])));
-    }
-  } else {
-    EXPECT_TRUE(gathered.empty());
-  }
-  // Broadcast from 0
-  std::string blob = r == 0 ? std::string(1000, 'z') + std::to_string(members[0]) : "junk";
-  ASSERT_TRUE(Wait(ch.StartBroadcast(&blob)).ok());
-  EXPECT_EQ(blob, std::string(1000, 'z') + std::to_string(members[0]));
 }
 
 TEST(TcpTransport, ProcessSetsTalkOnlyAmongMembers) {
@@ -97,13 +63,13 @@ TEST(TcpTransport, ProcessSetsTalkOnlyAmongMembers) {
         }
       });
     }
-    for (int round = 0; round < 5; ++round) CheckControl(*global.control, all);
+    conformance::ExerciseChannel(*global.control, all, 5);
     std::vector<float> g(10, static_cast<float>(r));
     ASSERT_TRUE(
         global.data->Allreduce(g.data(), g.data(), 10, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(g[9], 0.0f + 1 + 2 + 3);
     if (executor.joinable()) executor.join();
-    if (subset.control) CheckControl(*subset.control, odd);
+    if (subset.control) conformance::ExerciseChannel(*subset.control, odd, 3);
     // A third set after the subset: every rank counted the subset, members or not.
     ProcessSetChannels pair;
     ASSERT_TRUE(t.CreateProcessSet({0, 2}, &pair).ok());
@@ -112,28 +78,6 @@ TEST(TcpTransport, ProcessSetsTalkOnlyAmongMembers) {
       ASSERT_TRUE(pair.data->Allreduce(&v, &v, 1, DataType::kInt64, ReduceOp::kMax).ok());
       EXPECT_EQ(v, 20);
     }
-    t.Finalize();
-  });
-}
-
-TEST(TcpTransport, CheckAgreementAndMismatchedSets) {
-  const int n = 3;
-  auto transports = MakeTransports(n);
-  RunRanks(n, [&](int r) {
-    Transport& t = *transports[r];
-    bool equal = false;
-    ASSERT_TRUE(t.CheckAgreement(42, &equal).ok());
-    EXPECT_TRUE(equal);
-    ASSERT_TRUE(t.CheckAgreement(r == 1 ? 7 : 42, &equal).ok());
-    EXPECT_FALSE(equal);
-    ProcessSetChannels ch;
-    Status s = t.CreateProcessSet(r == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 2}, &ch);
-    EXPECT_EQ(s.code(), StatusCode::kPreconditionError) << s.ToString();
-    s = t.CreateProcessSet({2, 1}, &ch);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-    // Still usable after the errors.
-    ASSERT_TRUE(t.CreateProcessSet({0, 1, 2}, &ch).ok());
-    ASSERT_TRUE(ch.data->Barrier().ok());
     t.Finalize();
   });
 }
@@ -307,6 +251,21 @@ TEST(TcpTransport, IdentityBindAddressSecretAndToken) {
   iface.gloo_iface = "lo";  // the interface wins
   ASSERT_TRUE(tcp::IdentityFromConfig(iface, &id).ok());
   EXPECT_EQ(id.bind_host, "127.0.0.1");
+}
+
+// Rank 2's process ends before a collective: rank 0's ring receives from rank 2 (its left
+// neighbour) and fails naming it.
+TEST(TcpHostComm, PeerGoneMidOperationNamesIt) {
+  auto meshes = tcp_test::MakeMeshes(3);
+  std::vector<std::unique_ptr<tcp::TcpHostComm>> comms;
+  for (int r = 0; r < 3; ++r) {
+    comms.push_back(std::make_unique<tcp::TcpHostComm>(tcp::Group(meshes[r], {0, 1, 2}, 7), 4096));
+  }
+  meshes[2]->Close();
+  std::vector<float> v(100000, 1.0f);
+  Status s = comms[0]->Allreduce(v.data(), v.data(), 100000, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kUnknownError);
+  EXPECT_NE(s.message().find("rank 2 (127.0.0.1:"), std::string::npos) << s.message();
 }
 
 }  // namespace
