@@ -14,7 +14,7 @@
 
 #include "core/build_config.h"
 #include "core/c_api.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/c_api_harness.h"
 
 namespace hvdc_test {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/c_api.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/c_api_harness.h"
 
 namespace hvdc_test {
 namespace {
@@ -475,5 +475,5 @@ TEST(ProcessSets, ConcurrentAllreducesOnOverlappingSets) {
 
 int main(int argc, char** argv) {
   setenv("HOROVOD_DYNAMIC_PROCESS_SETS", "1", 1);
-  return hvdc_test::RunMpiTestMain(argc, argv);
+  return hvdc_test::RunCApiTestMain(argc, argv);
 }

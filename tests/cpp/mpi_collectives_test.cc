@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/c_api.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/c_api_harness.h"
 
 namespace hvdc_test {
 namespace {
@@ -797,5 +797,5 @@ int main(int argc, char** argv) {
   options.process_set_ranks = ranks.data();
   options.process_set_sizes = sizes.data();
   options.num_process_sets = static_cast<int32_t>(sizes.size());
-  return hvdc_test::RunMpiTestMain(argc, argv, &options);
+  return hvdc_test::RunCApiTestMain(argc, argv, &options);
 }

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "core/c_api.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/c_api_harness.h"
 
 namespace hvdc_test {
 namespace {
@@ -117,5 +117,5 @@ TEST(Stall, MissingRankFailsPendingCallbacksAndShutsDown) {
 int main(int argc, char** argv) {
   setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "1", 1);
   setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "3", 1);
-  return hvdc_test::RunMpiTestMain(argc, argv);
+  return hvdc_test::RunCApiTestMain(argc, argv);
 }

@@ -19,7 +19,7 @@
 #include "core/types.h"
 #include "ops/cpu/kernels.h"
 #include "tests/cpp/cuda_test_util.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/c_api_harness.h"
 
 namespace hvdc_test {
 

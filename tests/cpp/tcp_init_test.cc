@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/c_api.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/c_api_harness.h"
 #include "tests/cpp/tcp_test_util.h"
 
 namespace {

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "core/c_api.h"
-#include "tests/cpp/mpi_test_util.h"
+#include "tests/cpp/c_api_harness.h"
 
 namespace hvdc_test {
 namespace {
@@ -499,4 +499,4 @@ TEST(TransportSoak, TenThousandMixedCollectives) {
 }  // namespace
 }  // namespace hvdc_test
 
-int main(int argc, char** argv) { return hvdc_test::RunMpiTestMain(argc, argv); }
+int main(int argc, char** argv) { return hvdc_test::RunCApiTestMain(argc, argv); }
