@@ -16,7 +16,7 @@
 #include "core/config.h"
 #include "mpi_controller/mpi_transport.h"
 #include "tests/cpp/conformance/suite_util.h"
-#include "tests/cpp/rank_failure_printer.h"
+#include "tests/cpp/util/rank_failure_printer.h"
 
 namespace hvdc {
 namespace conformance {

@@ -9,7 +9,7 @@
 #include "core/config.h"
 #include "tcp_controller/tcp_transport.h"
 #include "tests/cpp/conformance/suite_util.h"
-#include "tests/cpp/tcp_test_util.h"
+#include "tests/cpp/util/tcp_test_util.h"
 
 namespace hvdc {
 namespace conformance {
