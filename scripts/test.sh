@@ -30,14 +30,17 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # The suites each extra build runs (ctest names start with the target's name). Only these
 # targets are built there.
 # TSan: every suite that runs ranks (or enqueuing threads) as threads of one process.
-tsan_tests=(thread_rank_test thread_rank_stall_test controller_test join_test process_sets_test
+tsan_tests=(thread_rank_test thread_rank_stall_test negotiator_test join_test process_sets_test
             executor_test runtime_test process_set_order_test process_set_table_test
             tensor_queue_test local_world_test backend_async_test timeline_test logging_test
-            tcp_mesh_test tcp_host_comm_test tcp_control_channel_test tcp_init_test tcp_fuzz_test)
+            lifecycle_test runtime_reinit_test runtime_lifecycle_test host_comm_check_test
+            local_conformance_test tcp_conformance_test tcp_transport_test
+            tcp_mesh_test tcp_init_test tcp_fuzz_test)
 # Without MPI: the suites that go through the C API, where the build's transports are chosen.
 # (The other suites compile to the same code with or without MPI; the plain build runs them.)
-nompi_tests=(init_test tcp_init_test tcp_peer_loss_test tcp_partition_test mpi_allreduce_test
-             mpi_collectives_test transport_soak_test)
+nompi_tests=(builtins_test init_test tcp_init_test tcp_peer_loss_test tcp_partition_test
+             mpi_allreduce_test mpi_collectives_test mpi_reinit_test runtime_exit_test
+             transport_soak_test)
 # ctest -R for the tests of these targets: the name, or the name and a suffix (_np2, _tcp_np3...).
 tests_regex() { local IFS='|'; echo "^($*)(_.*)?\$"; }
 
