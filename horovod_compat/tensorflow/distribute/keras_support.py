@@ -39,8 +39,8 @@ _TRAINER_MODULES = ("keras.src.backend.tensorflow.trainer", "tf_keras.src.engine
 
 
 def _is_horovod_strategy(strategy: Any) -> bool:
-    from horovod_compat.tensorflow.distribute.strategy import HorovodStrategy
-    return isinstance(strategy, HorovodStrategy)
+    # A class attribute of HorovodStrategy: strategy.py imports this module, not the reverse.
+    return getattr(type(strategy), "_horovod_compat_strategy", False) is True
 
 
 def _gather_rows(value: Any, strategy: Any) -> Any:

@@ -217,6 +217,9 @@ class HorovodStrategy(distribute_lib.Strategy):
       compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` for dense reductions.
     """
 
+    # How keras_support recognises this strategy without importing this module (which imports it).
+    _horovod_compat_strategy = True
+
     def __init__(self, cluster_resolver: Optional[resolver_lib.ClusterResolver] = None,
                  communication_options: Optional[collective_util.Options] = None, *,
                  sparse_as_dense: bool = False,
