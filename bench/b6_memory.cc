@@ -11,7 +11,8 @@
 namespace bench {
 namespace {
 
-constexpr int64_t kDefaultFusionThreshold = 128 * MiB;  // DESIGN.md / Horovod's default
+constexpr int64_t kDefaultFusionThreshold =
+    128 * MiB;  // Horovod's default HOROVOD_FUSION_THRESHOLD
 
 int64_t FusionThreshold() {
   const char* v = std::getenv("HOROVOD_FUSION_THRESHOLD");
@@ -42,7 +43,7 @@ Json RunSet(Context& ctx, const std::string& name, bool hwm_reset_ok, Json* targ
     hwm = double(ReadStatusKiB("VmHWM:")) * 1024;
   }
   int64_t threshold = FusionThreshold();
-  double overhead = hwm - tensor_bytes;               // BENCHMARKS.md's definition
+  double overhead = hwm - tensor_bytes;                     // BENCHMARKS.md's definition
   double runtime_overhead = overhead - double(rss_before);  // minus what the process held before
   double overhead_max = MaxOverRanks(ctx, overhead);
   double runtime_max = MaxOverRanks(ctx, runtime_overhead);
@@ -54,13 +55,15 @@ Json RunSet(Context& ctx, const std::string& name, bool hwm_reset_ok, Json* targ
       FormatBytes(before_max).c_str(), FormatBytes(overhead_max).c_str(),
       FormatBytes(runtime_max).c_str());
 
-  Target full = AtMost("B6 " + set.name + ": peak RSS - tensors - RSS before the set (MiB), vs "
-                       "min(fusion threshold, set) + 32 MiB",
+  Target full = AtMost("B6 " + set.name +
+                           ": peak RSS - tensors - RSS before the set (MiB), vs "
+                           "min(fusion threshold, set) + 32 MiB",
                        runtime_max / MiB, (used_bound + 32.0 * MiB) / MiB, " MiB");
   Target tight = AtMost("B6 " + set.name + ": same, vs 32 MiB (if no fusion buffer were used)",
                         runtime_max / MiB, 32.0, " MiB");
-  Target literal = AtMost("B6 " + set.name + ": peak RSS - tensors (literal definition, includes "
-                          "MPI and libraries), vs min(fusion threshold, set) + 32 MiB",
+  Target literal = AtMost("B6 " + set.name +
+                              ": peak RSS - tensors (literal definition, includes "
+                              "MPI and libraries), vs min(fusion threshold, set) + 32 MiB",
                           overhead_max / MiB, (used_bound + 32.0 * MiB) / MiB, " MiB");
   targets->Push(full.ToJson()).Push(tight.ToJson()).Push(literal.ToJson());
   Log(ctx, "    %s\n    %s\n    %s\n", full.text.c_str(), tight.text.c_str(), literal.text.c_str());
@@ -83,8 +86,9 @@ int RunB6(Context& ctx) {
   Json result = ResultHeader(ctx);
   Json sets = Json::Array();
   Json targets = Json::Array();
-  Log(ctx, "B6 memory (max over ranks). RSS after MPI_Init %s, after hvdc_init %s; fusion threshold"
-           " %s\n",
+  Log(ctx,
+      "B6 memory (max over ranks). RSS after MPI_Init %s, after hvdc_init %s; fusion threshold"
+      " %s\n",
       FormatBytes(MaxOverRanks(ctx, double(ctx.rss_after_mpi_init_kib) * 1024)).c_str(),
       FormatBytes(MaxOverRanks(ctx, double(ctx.rss_after_hvdc_init_kib) * 1024)).c_str(),
       FormatBytes(double(FusionThreshold())).c_str());

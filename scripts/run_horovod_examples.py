@@ -3,11 +3,11 @@
 
 Horovod's example files are not part of this repository: point HVDC_HOROVOD_EXAMPLES (or
 --examples) at a folder holding them (the files of Horovod's examples/tensorflow2/ and
-examples/tensorflow/, flat). For each example that API.md section 5 does not mark dead, and for
+examples/tensorflow/, flat). For each example not in DEAD below (TF1-only APIs), and for
 each Keras it can run on (Keras 3; tf_keras via TF_USE_LEGACY_KERAS=1), this script
 
 1. copies the file into a scratch folder, applying the listed text substitutions of EXAMPLES
-   (the "example-fix" edits of API.md section 5, plus step-count cuts so a run takes seconds);
+   (the "example-fix" edits today's TensorFlow and Keras 3 force, plus step-count cuts so a run takes seconds);
    an edit may name alternative texts (the forms the file has had); when none is in the file the
    run goes on unedited and the matrix reports the difference ("differs"), so a different
    upstream file is noticed without stopping the other examples;
@@ -47,7 +47,7 @@ class Edit(NamedTuple):
     tuple of alternatives (forms the file has had): the first one present is replaced. When none
     is present the file differs from what the harness knows (reported), unless `optional` (a
     form of the file that needs no such edit)."""
-    kind: str            # "example-fix" (API.md section 5), "steps" (shorter run) or "data"
+    kind: str            # "example-fix" (forced by today's TF/Keras), "steps" (shorter run) or "data"
     why: str
     old: Union[str, Tuple[str, ...]]
     new: str
@@ -140,7 +140,7 @@ EXAMPLES["tensorflow_word2vec.py"] = Example(kerases=(KERAS3,), edits=(   # uses
          "num_steps = 100000 // hvd.size() + 1", "num_steps = 20 // hvd.size() + 1"),
 ))
 
-# API.md section 5 marks these dead (TF1-only APIs: tf.Session, tf.estimator, tf.layers, ...).
+# Dead on TensorFlow 2 (TF1-only APIs: tf.Session, tf.estimator, tf.layers, ...): not run.
 DEAD = ("tensorflow_mnist.py", "tensorflow_mnist_eager.py", "tensorflow_mnist_estimator.py",
         "tensorflow_synthetic_benchmark.py", "tensorflow_keras_mnist.py")
 
@@ -493,7 +493,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [n for n in names if n not in EXAMPLES]
     if unknown:
         parser.error(f"unknown example(s) {unknown}; known: {sorted(EXAMPLES)}; "
-                     f"dead (API.md section 5): {list(DEAD)}")
+                     f"dead (TF1-only APIs): {list(DEAD)}")
     names = list(dict.fromkeys(RUN_BY.get(n, n) for n in names))
     results = []
     for name, keras, side in runs(names, args.keras):

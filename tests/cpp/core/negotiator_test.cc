@@ -4,6 +4,8 @@
 // waits for every rank, mismatches and shutdown reach every rank. Then through whole runtimes
 // (thread_rank_harness.h): groups whose members are partly cached, evicted or renegotiated
 // complete with the sum over ranks. Every wait is bounded.
+#include "core/negotiator.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/negotiator.h"
 #include "tests/cpp/util/thread_rank_harness.h"
 
 namespace hvdc {
