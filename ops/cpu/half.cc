@@ -1,12 +1,11 @@
-// float16/bfloat16 conversions: the scalar entry points, array conversions, CPU feature checks.
+// float16/bfloat16 conversions: the scalar entry points and the array conversions.
 #include "ops/cpu/half_bits.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/simd_level.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
+#ifdef HVDC_HAVE_X86
 #include <immintrin.h>
-#define HVDC_HAVE_X86 1
 #endif
 
 namespace hvdc {
@@ -49,39 +48,6 @@ void FloatToBfloat16N(const float* in, uint16_t* out, int64_t n) {
 
 #ifdef HVDC_HAVE_X86
 
-namespace {
-
-// From cpuid, not __builtin_cpu_supports (clang's does not know "f16c"). AVX also needs the OS to
-// save the YMM registers (OSXSAVE, and XCR0 bits 1 and 2).
-struct CpuFeatures {
-  bool f16c = false;
-  bool avx2 = false;
-};
-
-CpuFeatures DetectCpu() {
-  CpuFeatures f;
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
-  if (!osxsave || !avx) return f;
-  unsigned xcr0_lo = 0, xcr0_hi = 0;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & 6) != 6) return f;
-  f.f16c = f16c;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) f.avx2 = (b >> 5) & 1;
-  return f;
-}
-
-const CpuFeatures& Cpu() {
-  static const CpuFeatures features = DetectCpu();
-  return features;
-}
-
-}  // namespace
-
-bool HaveF16C() { return Cpu().f16c; }
-bool HaveAvx2() { return Cpu().avx2; }
-
 __attribute__((target("avx,f16c"))) void HalfToFloatNF16C(const uint16_t* in, float* out,
                                                           int64_t n) {
   int64_t i = 0;
@@ -104,8 +70,6 @@ __attribute__((target("avx,f16c"))) void FloatToHalfNF16C(const float* in, uint1
 
 #else
 
-bool HaveF16C() { return false; }
-bool HaveAvx2() { return false; }
 void HalfToFloatNF16C(const uint16_t* in, float* out, int64_t n) {
   HalfToFloatNPortable(in, out, n);
 }

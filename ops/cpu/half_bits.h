@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/types.h"
+#include "ops/cpu/simd_level.h"
 
 namespace hvdc {
 namespace cpu {
@@ -84,26 +85,20 @@ void HalfToFloatN(const uint16_t* in, float* out, int64_t n);
 void FloatToHalfN(const float* in, uint16_t* out, int64_t n);
 void Bfloat16ToFloatN(const uint16_t* in, float* out, int64_t n);
 void FloatToBfloat16N(const float* in, uint16_t* out, int64_t n);
-
-// float16 (bf16 false) or bfloat16 reduction and scaling through float (half_reduce.cc): each
-// element is widened, combined in float and rounded back once. For + and * that equals the
-// correctly rounded narrow operation (float has at least 2p+2 bits for either type). Scaling uses
-// the factor rounded to float. dst == src is allowed, partial overlap is not.
-void ReduceHalfLike(uint16_t* dst, const uint16_t* src, int64_t n, ReduceOp op, bool bf16);
-void ScaleHalfLike(uint16_t* dst, const uint16_t* src, int64_t n, float factor, bool bf16);
-
-// Every path, exposed so tests can check each one; the *Avx2 and *F16C ones only where the CPU has
-// AVX2 or F16C (they are the portable ones off x86).
-bool HaveF16C();
-bool HaveAvx2();
-void ReduceHalfLikeBaseline(uint16_t* dst, const uint16_t* src, int64_t n, ReduceOp op, bool bf16);
-void ReduceHalfLikeAvx2(uint16_t* dst, const uint16_t* src, int64_t n, ReduceOp op, bool bf16);
-void ScaleHalfLikeBaseline(uint16_t* dst, const uint16_t* src, int64_t n, float factor, bool bf16);
-void ScaleHalfLikeAvx2(uint16_t* dst, const uint16_t* src, int64_t n, float factor, bool bf16);
 void HalfToFloatNPortable(const uint16_t* in, float* out, int64_t n);
 void FloatToHalfNPortable(const float* in, uint16_t* out, int64_t n);
 void HalfToFloatNF16C(const uint16_t* in, float* out, int64_t n);  // only if HaveF16C()
 void FloatToHalfNF16C(const float* in, uint16_t* out, int64_t n);  // only if HaveF16C()
+
+// float16 (bf16 false) or bfloat16 reduction and scaling through float (half_reduce.cc), at a
+// dispatch level no higher than SupportedSimdLevel(): each element is widened, combined in float
+// and rounded back once. For + and * that equals the correctly rounded narrow operation (float has
+// at least 2p+2 bits for either type). Scaling uses the factor rounded to float. dst == src is
+// allowed, partial overlap is not.
+void ReduceHalfLikeAt(SimdLevel level, uint16_t* dst, const uint16_t* src, int64_t n, ReduceOp op,
+                      bool bf16);
+void ScaleHalfLikeAt(SimdLevel level, uint16_t* dst, const uint16_t* src, int64_t n, float factor,
+                     bool bf16);
 
 }  // namespace cpu
 }  // namespace hvdc

@@ -1,15 +1,23 @@
 // float16/bfloat16 reduction and scaling, one fused pass: widen, combine in float, narrow, per
-// element, so nothing goes through a staging buffer. The portable loops are compiled twice, for
-// baseline x86-64 and for AVX2 (chosen at run time): baseline SSE2 has no 32->16-bit pack, which
-// makes narrowing slow there. float16 uses F16C's conversion instructions when the CPU has them.
+// element, so nothing goes through a staging buffer. Per dispatch level (simd_level.h):
+//  - baseline: the portable loops (bit-level conversions, half_bits.h), auto-vectorised for SSE2;
+//  - AVX2: float16 through F16C's conversions, 8 lanes; bfloat16 the portable loops compiled for
+//    AVX2 (SSE2 has no 32->16-bit pack, which makes narrowing slow there);
+//  - AVX-512: float16 through the 16-lane conversions; bfloat16 the portable loops compiled for
+//    AVX-512. AVX512_BF16's vcvtneps2bf16 is not used: it flushes subnormal inputs and results to
+//    zero, which the other levels do not.
+// vcvtps2ph with an explicit round-to-nearest-even gives the portable FloatToHalf's bits for every
+// float, NaNs included (quiet, top payload bits kept); vcvtph2ps those of HalfToFloat (the tests
+// check every value).
+#include <algorithm>
 #include <cstring>
 
 #include "ops/cpu/half_bits.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/simd_level.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef HVDC_HAVE_X86
 #include <immintrin.h>
-#define HVDC_HAVE_X86 1
 #endif
 
 namespace hvdc {
@@ -54,8 +62,9 @@ inline void Scale(uint16_t* d, const uint16_t* s, int64_t n, float factor) {
 
 #ifdef HVDC_HAVE_X86
 
-// F16C: 8 halves at a time, with explicit loads and stores (so dst == src needs no special case).
-// A tail of fewer than 8 goes through a zero-padded copy.
+// Explicit loads and stores (so dst == src needs no special case); a tail shorter than a vector
+// goes through a zero-padded copy.
+template <int kLanes>
 struct Tail {
   Tail(const uint16_t* dst, const uint16_t* src, int64_t n)
       : bytes(static_cast<size_t>(n) * sizeof(uint16_t)) {
@@ -63,27 +72,28 @@ struct Tail {
     std::memcpy(s, src, bytes);
   }
   void CopyOut(uint16_t* dst) const { std::memcpy(dst, d, bytes); }
-  alignas(16) uint16_t d[8] = {};
-  alignas(16) uint16_t s[8] = {};
+  alignas(64) uint16_t d[kLanes] = {};
+  alignas(64) uint16_t s[kLanes] = {};
   size_t bytes;
 };
 
-__attribute__((target("avx,f16c"))) inline __m256 LoadHalf8(const uint16_t* p) {
+// min/max(b, a) is b < a ? b : a and b > a ? b : a (a when either is NaN), as in Reduce above.
+HVDC_TARGET_AVX2 inline __m256 LoadHalf8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-__attribute__((target("avx,f16c"))) inline void StoreHalf8(uint16_t* p, __m256 v) {
+HVDC_TARGET_AVX2 inline void StoreHalf8(uint16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
 template <ReduceOp kOp>
-__attribute__((target("avx,f16c"))) inline void ReduceHalf8(uint16_t* d, const uint16_t* s) {
+HVDC_TARGET_AVX2 inline void ReduceHalf8(uint16_t* d, const uint16_t* s) {
   const __m256 a = LoadHalf8(d);
   const __m256 b = LoadHalf8(s);
   if constexpr (kOp == ReduceOp::kMin) {
-    StoreHalf8(d, _mm256_min_ps(b, a));  // b < a ? b : a
+    StoreHalf8(d, _mm256_min_ps(b, a));
   } else if constexpr (kOp == ReduceOp::kMax) {
-    StoreHalf8(d, _mm256_max_ps(b, a));  // b > a ? b : a
+    StoreHalf8(d, _mm256_max_ps(b, a));
   } else if constexpr (kOp == ReduceOp::kProduct) {
     StoreHalf8(d, _mm256_mul_ps(a, b));
   } else {
@@ -92,93 +102,157 @@ __attribute__((target("avx,f16c"))) inline void ReduceHalf8(uint16_t* d, const u
 }
 
 template <ReduceOp kOp>
-__attribute__((target("avx,f16c"))) void ReduceF16C(uint16_t* d, const uint16_t* s, int64_t n) {
+HVDC_TARGET_AVX2 void ReduceF16C(uint16_t* d, const uint16_t* s, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) ReduceHalf8<kOp>(d + i, s + i);
   if (i < n) {
-    Tail tail(d + i, s + i, n - i);
+    Tail<8> tail(d + i, s + i, n - i);
     ReduceHalf8<kOp>(tail.d, tail.s);
     tail.CopyOut(d + i);
   }
 }
 
-__attribute__((target("avx,f16c"))) void ScaleF16C(uint16_t* d, const uint16_t* s, int64_t n,
-                                                   float factor) {
+HVDC_TARGET_AVX2 void ScaleF16C(uint16_t* d, const uint16_t* s, int64_t n, float factor) {
   const __m256 f = _mm256_set1_ps(factor);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) StoreHalf8(d + i, _mm256_mul_ps(LoadHalf8(s + i), f));
   if (i < n) {
-    Tail tail(d + i, s + i, n - i);
+    Tail<8> tail(d + i, s + i, n - i);
     StoreHalf8(tail.d, _mm256_mul_ps(LoadHalf8(tail.s), f));
     tail.CopyOut(d + i);
   }
 }
 
+// Zero-masked forms with every lane selected (the same instructions): the unmasked ones trip GCC
+// 12's -Wmaybe-uninitialized on their undefined pass-through operand (GCC bug 105593).
+constexpr __mmask16 kAll16 = 0xffff;
+
+HVDC_TARGET_AVX512 inline __m512 LoadHalf16(const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+HVDC_TARGET_AVX512 inline void StoreHalf16(uint16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_maskz_cvtps_ph(kAll16, v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+template <ReduceOp kOp>
+HVDC_TARGET_AVX512 inline void ReduceHalf16(uint16_t* d, const uint16_t* s) {
+  const __m512 a = LoadHalf16(d);
+  const __m512 b = LoadHalf16(s);
+  if constexpr (kOp == ReduceOp::kMin) {
+    StoreHalf16(d, _mm512_maskz_min_ps(kAll16, b, a));
+  } else if constexpr (kOp == ReduceOp::kMax) {
+    StoreHalf16(d, _mm512_maskz_max_ps(kAll16, b, a));
+  } else if constexpr (kOp == ReduceOp::kProduct) {
+    StoreHalf16(d, _mm512_maskz_mul_ps(kAll16, a, b));
+  } else {
+    StoreHalf16(d, _mm512_maskz_add_ps(kAll16, a, b));
+  }
+}
+
+// 16 lanes, the last fewer than 16 through the 8-lane path.
+template <ReduceOp kOp>
+HVDC_TARGET_AVX512 void ReduceF16C512(uint16_t* d, const uint16_t* s, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) ReduceHalf16<kOp>(d + i, s + i);
+  if (i < n) ReduceF16C<kOp>(d + i, s + i, n - i);
+}
+
+HVDC_TARGET_AVX512 void ScaleF16C512(uint16_t* d, const uint16_t* s, int64_t n, float factor) {
+  const __m512 f = _mm512_set1_ps(factor);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    StoreHalf16(d + i, _mm512_maskz_mul_ps(kAll16, LoadHalf16(s + i), f));
+  if (i < n) ScaleF16C(d + i, s + i, n - i, factor);
+}
+
+// The op as a template argument, chosen once per call.
+template <template <ReduceOp> class Kernel>
+inline void WithOp(ReduceOp op, uint16_t* d, const uint16_t* s, int64_t n) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return Kernel<ReduceOp::kMin>::Run(d, s, n);
+    case ReduceOp::kMax:
+      return Kernel<ReduceOp::kMax>::Run(d, s, n);
+    case ReduceOp::kProduct:
+      return Kernel<ReduceOp::kProduct>::Run(d, s, n);
+    default:  // Sum, and Average (folded into a postscale by the caller)
+      return Kernel<ReduceOp::kSum>::Run(d, s, n);
+  }
+}
+
+template <ReduceOp kOp>
+struct F16C256 {
+  static void Run(uint16_t* d, const uint16_t* s, int64_t n) { ReduceF16C<kOp>(d, s, n); }
+};
+
+template <ReduceOp kOp>
+struct F16C512 {
+  static void Run(uint16_t* d, const uint16_t* s, int64_t n) { ReduceF16C512<kOp>(d, s, n); }
+};
+
+// flatten: every template above is inlined, so it is compiled for the function's target.
+HVDC_TARGET_AVX2 __attribute__((flatten)) void ReduceAvx2(uint16_t* d, const uint16_t* s, int64_t n,
+                                                          ReduceOp op, bool bf16) {
+  bf16 ? Reduce<Bf16>(d, s, n, op) : WithOp<F16C256>(op, d, s, n);
+}
+
+HVDC_TARGET_AVX2 __attribute__((flatten)) void ScaleAvx2(uint16_t* d, const uint16_t* s, int64_t n,
+                                                         float factor, bool bf16) {
+  bf16 ? Scale<Bf16>(d, s, n, factor) : ScaleF16C(d, s, n, factor);
+}
+
+HVDC_TARGET_AVX512 __attribute__((flatten)) void ReduceAvx512(uint16_t* d, const uint16_t* s,
+                                                              int64_t n, ReduceOp op, bool bf16) {
+  bf16 ? Reduce<Bf16>(d, s, n, op) : WithOp<F16C512>(op, d, s, n);
+}
+
+HVDC_TARGET_AVX512 __attribute__((flatten)) void ScaleAvx512(uint16_t* d, const uint16_t* s,
+                                                             int64_t n, float factor, bool bf16) {
+  bf16 ? Scale<Bf16>(d, s, n, factor) : ScaleF16C512(d, s, n, factor);
+}
+
 #endif  // HVDC_HAVE_X86
+
+__attribute__((flatten)) void ReduceBaseline(uint16_t* d, const uint16_t* s, int64_t n, ReduceOp op,
+                                             bool bf16) {
+  bf16 ? Reduce<Bf16>(d, s, n, op) : Reduce<Fp16>(d, s, n, op);
+}
+
+__attribute__((flatten)) void ScaleBaseline(uint16_t* d, const uint16_t* s, int64_t n, float factor,
+                                            bool bf16) {
+  bf16 ? Scale<Bf16>(d, s, n, factor) : Scale<Fp16>(d, s, n, factor);
+}
 
 }  // namespace
 
-// flatten: every template above is inlined, so it is compiled for the function's target.
-__attribute__((flatten)) void ReduceHalfLikeBaseline(uint16_t* d, const uint16_t* s, int64_t n,
-                                                     ReduceOp op, bool bf16) {
-  bf16 ? Reduce<Bf16>(d, s, n, op) : Reduce<Fp16>(d, s, n, op);
-}
-
-__attribute__((flatten)) void ScaleHalfLikeBaseline(uint16_t* d, const uint16_t* s, int64_t n,
-                                                    float factor, bool bf16) {
-  bf16 ? Scale<Bf16>(d, s, n, factor) : Scale<Fp16>(d, s, n, factor);
-}
-
+void ReduceHalfLikeAt(SimdLevel level, uint16_t* dst, const uint16_t* src, int64_t n, ReduceOp op,
+                      bool bf16) {
+  switch (std::min(level, SupportedSimdLevel())) {
 #ifdef HVDC_HAVE_X86
-
-__attribute__((target("avx2"), flatten)) void ReduceHalfLikeAvx2(uint16_t* d, const uint16_t* s,
-                                                                 int64_t n, ReduceOp op,
-                                                                 bool bf16) {
-  bf16 ? Reduce<Bf16>(d, s, n, op) : Reduce<Fp16>(d, s, n, op);
-}
-
-__attribute__((target("avx2"), flatten)) void ScaleHalfLikeAvx2(uint16_t* d, const uint16_t* s,
-                                                                int64_t n, float factor,
-                                                                bool bf16) {
-  bf16 ? Scale<Bf16>(d, s, n, factor) : Scale<Fp16>(d, s, n, factor);
-}
-
-#else
-
-void ReduceHalfLikeAvx2(uint16_t* d, const uint16_t* s, int64_t n, ReduceOp op, bool bf16) {
-  ReduceHalfLikeBaseline(d, s, n, op, bf16);
-}
-void ScaleHalfLikeAvx2(uint16_t* d, const uint16_t* s, int64_t n, float factor, bool bf16) {
-  ScaleHalfLikeBaseline(d, s, n, factor, bf16);
-}
-
-#endif  // HVDC_HAVE_X86
-
-void ReduceHalfLike(uint16_t* dst, const uint16_t* src, int64_t n, ReduceOp op, bool bf16) {
-#ifdef HVDC_HAVE_X86
-  if (!bf16 && HaveF16C()) {
-    switch (op) {
-      case ReduceOp::kMin:
-        return ReduceF16C<ReduceOp::kMin>(dst, src, n);
-      case ReduceOp::kMax:
-        return ReduceF16C<ReduceOp::kMax>(dst, src, n);
-      case ReduceOp::kProduct:
-        return ReduceF16C<ReduceOp::kProduct>(dst, src, n);
-      default:
-        return ReduceF16C<ReduceOp::kSum>(dst, src, n);
-    }
+    case SimdLevel::kAvx512:
+      return ReduceAvx512(dst, src, n, op, bf16);
+    case SimdLevel::kAvx2:
+      return ReduceAvx2(dst, src, n, op, bf16);
+#endif
+    default:
+      return ReduceBaseline(dst, src, n, op, bf16);
   }
-#endif
-  if (HaveAvx2()) return ReduceHalfLikeAvx2(dst, src, n, op, bf16);
-  ReduceHalfLikeBaseline(dst, src, n, op, bf16);
 }
 
-void ScaleHalfLike(uint16_t* dst, const uint16_t* src, int64_t n, float factor, bool bf16) {
+void ScaleHalfLikeAt(SimdLevel level, uint16_t* dst, const uint16_t* src, int64_t n, float factor,
+                     bool bf16) {
+  switch (std::min(level, SupportedSimdLevel())) {
 #ifdef HVDC_HAVE_X86
-  if (!bf16 && HaveF16C()) return ScaleF16C(dst, src, n, factor);
+    case SimdLevel::kAvx512:
+      return ScaleAvx512(dst, src, n, factor, bf16);
+    case SimdLevel::kAvx2:
+      return ScaleAvx2(dst, src, n, factor, bf16);
 #endif
-  if (HaveAvx2()) return ScaleHalfLikeAvx2(dst, src, n, factor, bf16);
-  ScaleHalfLikeBaseline(dst, src, n, factor, bf16);
+    default:
+      return ScaleBaseline(dst, src, n, factor, bf16);
+  }
 }
 
 }  // namespace cpu

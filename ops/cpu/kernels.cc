@@ -1,7 +1,10 @@
 // Reductions and scaling over host memory for the native types and bool; float16/bfloat16 are in
-// half_reduce.cc. The loops (loops.h) auto-vectorise at -O2.
+// half_reduce.cc. The loops (loops.h) auto-vectorise at -O2; they are compiled once per dispatch
+// level (simd_level.h) and the entry points run the active one. Every operation is elementwise and
+// rounds once per element (no contraction: -ffp-contract=off), so each level gives the same bits.
 #include "ops/cpu/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +12,7 @@
 
 #include "ops/cpu/half_bits.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/simd_level.h"
 
 namespace hvdc {
 namespace cpu {
@@ -124,10 +128,10 @@ void ScaleTyped(void* dst, const void* src, int64_t n, double factor) {
   }
 }
 
-}  // namespace
-
-void ReduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
-  if (count <= 0) return;
+// Every dtype at one level: inlined into the per-level functions below (flatten), so compiled for
+// each level's target; float16/bfloat16 call their own per-level code in half_reduce.cc.
+inline void ReduceAll(SimdLevel level, void* dst, const void* src, int64_t count, DataType dtype,
+                      ReduceOp op) {
   switch (dtype) {
     case DataType::kUint8:
       return ReduceTyped<uint8_t>(dst, src, count, op);
@@ -148,20 +152,16 @@ void ReduceInto(void* dst, const void* src, int64_t count, DataType dtype, Reduc
     case DataType::kBool:
       return ReduceBool(dst, src, count, op);
     case DataType::kFloat16:
-      return ReduceHalfLike(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-                            op, /*bf16=*/false);
+      return ReduceHalfLikeAt(level, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                              count, op, /*bf16=*/false);
     case DataType::kBfloat16:
-      return ReduceHalfLike(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-                            op, /*bf16=*/true);
+      return ReduceHalfLikeAt(level, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                              count, op, /*bf16=*/true);
   }
 }
 
-void ScaleCopy(void* dst, const void* src, int64_t count, DataType dtype, double factor) {
-  if (count <= 0) return;
-  if (factor == 1.0 || dtype == DataType::kBool) {
-    if (dst != src) std::memmove(dst, src, static_cast<size_t>(count) * DataTypeSize(dtype));
-    return;
-  }
+inline void ScaleAll(SimdLevel level, void* dst, const void* src, int64_t count, DataType dtype,
+                     double factor) {
   switch (dtype) {
     case DataType::kUint8:
       return ScaleTyped<uint8_t>(dst, src, count, factor);
@@ -180,14 +180,94 @@ void ScaleCopy(void* dst, const void* src, int64_t count, DataType dtype, double
     case DataType::kFloat64:
       return ScaleTyped<double>(dst, src, count, factor);
     case DataType::kFloat16:
-      return ScaleHalfLike(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-                           static_cast<float>(factor), /*bf16=*/false);
+      return ScaleHalfLikeAt(level, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                             count, static_cast<float>(factor), /*bf16=*/false);
     case DataType::kBfloat16:
-      return ScaleHalfLike(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-                           static_cast<float>(factor), /*bf16=*/true);
-    case DataType::kBool:
+      return ScaleHalfLikeAt(level, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                             count, static_cast<float>(factor), /*bf16=*/true);
+    case DataType::kBool:  // copied by ScaleCopyAt
       return;
   }
+}
+
+__attribute__((flatten)) void ReduceBaseline(void* dst, const void* src, int64_t count,
+                                             DataType dtype, ReduceOp op) {
+  ReduceAll(SimdLevel::kBaseline, dst, src, count, dtype, op);
+}
+
+__attribute__((flatten)) void ScaleBaseline(void* dst, const void* src, int64_t count,
+                                            DataType dtype, double factor) {
+  ScaleAll(SimdLevel::kBaseline, dst, src, count, dtype, factor);
+}
+
+#ifdef HVDC_HAVE_X86
+
+HVDC_TARGET_AVX2 __attribute__((flatten)) void ReduceAvx2(void* dst, const void* src, int64_t count,
+                                                          DataType dtype, ReduceOp op) {
+  ReduceAll(SimdLevel::kAvx2, dst, src, count, dtype, op);
+}
+
+HVDC_TARGET_AVX2 __attribute__((flatten)) void ScaleAvx2(void* dst, const void* src, int64_t count,
+                                                         DataType dtype, double factor) {
+  ScaleAll(SimdLevel::kAvx2, dst, src, count, dtype, factor);
+}
+
+HVDC_TARGET_AVX512 __attribute__((flatten)) void ReduceAvx512(void* dst, const void* src,
+                                                              int64_t count, DataType dtype,
+                                                              ReduceOp op) {
+  ReduceAll(SimdLevel::kAvx512, dst, src, count, dtype, op);
+}
+
+HVDC_TARGET_AVX512 __attribute__((flatten)) void ScaleAvx512(void* dst, const void* src,
+                                                             int64_t count, DataType dtype,
+                                                             double factor) {
+  ScaleAll(SimdLevel::kAvx512, dst, src, count, dtype, factor);
+}
+
+#endif  // HVDC_HAVE_X86
+
+}  // namespace
+
+void ReduceIntoAt(SimdLevel level, void* dst, const void* src, int64_t count, DataType dtype,
+                  ReduceOp op) {
+  if (count <= 0) return;
+  switch (std::min(level, SupportedSimdLevel())) {
+#ifdef HVDC_HAVE_X86
+    case SimdLevel::kAvx512:
+      return ReduceAvx512(dst, src, count, dtype, op);
+    case SimdLevel::kAvx2:
+      return ReduceAvx2(dst, src, count, dtype, op);
+#endif
+    default:
+      return ReduceBaseline(dst, src, count, dtype, op);
+  }
+}
+
+void ScaleCopyAt(SimdLevel level, void* dst, const void* src, int64_t count, DataType dtype,
+                 double factor) {
+  if (count <= 0) return;
+  if (factor == 1.0 || dtype == DataType::kBool) {
+    if (dst != src) std::memmove(dst, src, static_cast<size_t>(count) * DataTypeSize(dtype));
+    return;
+  }
+  switch (std::min(level, SupportedSimdLevel())) {
+#ifdef HVDC_HAVE_X86
+    case SimdLevel::kAvx512:
+      return ScaleAvx512(dst, src, count, dtype, factor);
+    case SimdLevel::kAvx2:
+      return ScaleAvx2(dst, src, count, dtype, factor);
+#endif
+    default:
+      return ScaleBaseline(dst, src, count, dtype, factor);
+  }
+}
+
+void ReduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  ReduceIntoAt(ActiveSimdLevel(), dst, src, count, dtype, op);
+}
+
+void ScaleCopy(void* dst, const void* src, int64_t count, DataType dtype, double factor) {
+  ScaleCopyAt(ActiveSimdLevel(), dst, src, count, dtype, factor);
 }
 
 }  // namespace cpu
