@@ -17,9 +17,11 @@
 #                                pinned and unpinned), plain mpirun (as is, --bind-to none, bound
 #                                with yield), TF_CONFIG, against the same compute without the
 #                                runtime, alternating rounds, with each rank's CPU split by thread
-#                                (bench/b8_overhead.py; ~45 s per path and round: 3 rounds of 9
-#                                paths, ~20 min). --rounds N: N rounds; --quick: a smoke run (one
-#                                round, MobileNetV3Small 32x32, ~2 min on a quiet machine)
+#                                (bench/b8_overhead.py; estimated ~45 s per path and round: 3
+#                                rounds of 9 paths, ~20 min). --rounds N: N rounds; --quick: a
+#                                smoke run (one round, MobileNetV3Small 32x32; bound by the
+#                                start-up of 9 paths: 15 min on the 2-core VM at load 15, a few
+#                                on a quiet one)
 #   bench/run.sh --only b5,b5o   B5 (Keras model.fit: ours vs MultiWorkerMirroredStrategy;
 #                                MODEL=resnet50 for ResNet-50) and the ResNet-50 overhead check;
 #                                never in the default list (minutes each)
