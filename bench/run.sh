@@ -8,10 +8,20 @@
 #                                more, skipped with a note when .venv / B7_PYTHON is missing)
 #   bench/run.sh --full          the counts BENCHMARKS.md asks for (B4: 10,000 iterations, ...)
 #   bench/run.sh --np-extra      also np=3 and np=4, oversubscribed
-#   bench/run.sh --only b1,b4    a subset of b0 b1 b2 b3 b4 b4i b6 (hvdc_bench) and b5 b5o b7
+#   bench/run.sh --only b1,b4    a subset of b0 b1 b2 b3 b4 b4i b6 (hvdc_bench) and b5 b5o b7 b8
 #                                (through TensorFlow: bench/run_tf.sh, with .venv or PY/B7_PYTHON)
 #   bench/run.sh --only b7       B7 alone, the path through TensorFlow (runs hvdc_bench b1/b3/b4
 #                                itself, then the TF ops); --quick: fewer iterations, no profile
+#   bench/run.sh --only b8       B8, the runtime's cost to the model on every launch path:
+#                                ResNet-50 64x64 at np=2 through horovodrun (mpirun, --gloo
+#                                pinned and unpinned), plain mpirun (as is, --bind-to none, bound
+#                                with yield), TF_CONFIG, against the same compute without the
+#                                runtime, alternating rounds, with each rank's CPU split by thread
+#                                (bench/b8_overhead.py; estimated ~45 s per path and round: 3
+#                                rounds of 9 paths, ~20 min). --rounds N: N rounds; --quick: a
+#                                smoke run (one round, MobileNetV3Small 32x32; bound by the
+#                                start-up of 9 paths: 15 min on the 2-core VM at load 15, a few
+#                                on a quiet one)
 #   bench/run.sh --only b5,b5o   B5 (Keras model.fit: ours vs MultiWorkerMirroredStrategy;
 #                                MODEL=resnet50 for ResNet-50) and the ResNet-50 overhead check;
 #                                never in the default list (minutes each)
@@ -38,11 +48,12 @@ BUILD=$ROOT/build-bench
 OUT=$ROOT/bench/results
 FULL=0
 NP_EXTRA=0
-ONLY=b0,b1,b2,b3,b4,b4i,b6,b7
+ONLY=b0,b1,b2,b3,b4,b4i,b6,b7,b8
 ONLY_GIVEN=0
 TIMEOUT=900
 EXTRA=()
 B7_ARGS=()
+B8_ARGS=()
 BIN=
 TRANSPORT=mpi
 TCP_IFACE=lo
@@ -56,7 +67,8 @@ while [[ $# -gt 0 ]]; do
     --full) FULL=1 ;;
     --np-extra) NP_EXTRA=1 ;;
     --only) ONLY=$2; ONLY_GIVEN=1; shift ;;
-    --quick) B7_ARGS+=(--quick) ;;
+    --quick) B7_ARGS+=(--quick); B8_ARGS+=(--quick) ;;
+    --rounds) B8_ARGS+=(--rounds "$2"); shift ;;
     --build-dir) BUILD=$(realpath -m "$2"); shift ;;
     --bin) BIN=$(realpath -m "$2"); shift ;;
     --out-dir) OUT=$(realpath -m "$2"); shift ;;
@@ -79,9 +91,20 @@ take() {  # removes $1 from ONLY; true if it was there
   [[ ,$ONLY, == *,$1,* ]] || return 1
   ONLY=$(echo ",$ONLY," | sed "s/,$1,/,/g; s/^,//; s/,\$//")
 }
-RUN_B5=0 RUN_B5O=0 RUN_B7=0
+RUN_B5=0 RUN_B5O=0 RUN_B7=0 RUN_B8=0
 take b5 && RUN_B5=1
 take b5o && RUN_B5O=1
+if take b8; then
+  RUN_B8=1
+  B8_PY=${B8_PYTHON:-${B7_PYTHON:-$ROOT/.venv/bin/python}}
+  if [[ $ONLY_GIVEN == 0 && $TRANSPORT != mpi ]]; then
+    RUN_B8=0  # B8 runs every launch path itself, once
+  elif [[ $ONLY_GIVEN == 0 ]] && ! "$B8_PY" -c 'import tensorflow' >/dev/null 2>&1; then
+    echo "run.sh: skipping b8: no python with TensorFlow at $B8_PY (scripts/install_python.sh" \
+      "makes .venv; B8_PYTHON picks another)"
+    RUN_B8=0
+  fi
+fi
 if take b7; then
   RUN_B7=1
   # In the default list B7 needs the TF venv; asked for by name, run_tf.sh reports its absence.
@@ -224,6 +247,20 @@ if [[ $RUN_B7 == 1 ]]; then
   "$ROOT/bench/run_tf.sh" b7 --bin "$BIN" --out-dir "$OUT" \
     --timeout "$((TIMEOUT < 300 ? TIMEOUT : 300))" \
     "${B7_ARGS[@]}" || { echo "run.sh: b7 FAILED" >&2; FAILED+=(b7); }
+fi
+if [[ $RUN_B8 == 1 ]]; then
+  echo
+  echo "################ b8  np=2  every launch path vs the same compute without the runtime"
+  [[ $TRANSPORT == mpi ]] || echo "run.sh: b8 runs every launch path itself (--transport $TRANSPORT ignored)"
+  if [[ -x $B8_PY ]]; then
+    "$B8_PY" "$ROOT/bench/b8_overhead.py" run --python "$B8_PY" --json "$OUT/b8-np2.json" \
+      --timeout "$((TIMEOUT < 600 ? TIMEOUT : 600))" "${B8_ARGS[@]}" ||
+      { echo "run.sh: b8 FAILED" >&2; FAILED+=(b8); }
+  else
+    echo "run.sh: b8: no python at $B8_PY (scripts/install_python.sh makes .venv;" \
+      "B8_PYTHON picks another)" >&2
+    FAILED+=(b8)
+  fi
 fi
 if [[ $RUN_B5 == 1 ]]; then
   echo

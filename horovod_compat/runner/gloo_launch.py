@@ -4,6 +4,8 @@ The launcher starts the rendezvous service (rendezvous.py), spawns every rank it
 ranks as child processes, remote ranks through ssh or another remote shell) with Horovod's Gloo
 variables, prefixes each output line with ``[rank]<stdout>:`` / ``[rank]<stderr>:``, and when
 a rank exits non-zero terminates the others and exits with that rank's code (docs/tcp.md).
+Local ranks start pinned to their share of this machine's cores when they do not outnumber them
+(binding.py, docs/launch_defaults.md).
 
 Every job gets a fresh random secret (``HOROVOD_SECRET_KEY``): the rendezvous service serves only
 requests signed with it and the ranks' connections prove it to each other. Local ranks receive
@@ -12,6 +14,7 @@ command line, where ``ps`` would show it); it is never printed.
 """
 
 import argparse
+import contextlib
 import fcntl
 import ipaddress
 import os
@@ -25,8 +28,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from horovod_compat.runner import binding
 from horovod_compat.runner.common.util.hosts import HostInfo, SlotInfo, get_host_assignments
 from horovod_compat.runner.rendezvous import SECRET_ENV, RendezvousServer
 
@@ -221,11 +225,13 @@ def remote_command(host: str, env: Dict[str, str], command: Sequence[str], cwd: 
     return list(shell) + [host, script]
 
 
-def describe(slot: SlotInfo, per_rank: Dict[str, str], cmd: Sequence[str], local: bool) -> str:
+def describe(slot: SlotInfo, per_rank: Dict[str, str], cmd: Sequence[str], local: bool,
+             cpus: Optional[List[int]] = None) -> str:
     """The --verbose line for one rank."""
     if local:
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(per_rank.items()))
-        return (f"horovodrun: rank {slot.rank} on {slot.hostname}: {assignments} "
+        pinned = f" (CPUs {','.join(map(str, cpus))})" if cpus else ""
+        return (f"horovodrun: rank {slot.rank} on {slot.hostname}{pinned}: {assignments} "
                 + " ".join(shlex.quote(c) for c in cmd))
     return f"horovodrun: rank {slot.rank} on {slot.hostname}: " + " ".join(
         shlex.quote(c) for c in cmd)
@@ -291,19 +297,41 @@ class _Rank:
             pass
 
 
+@contextlib.contextmanager
+def _affinity_of_this_thread(cpus: Optional[List[int]]) -> Iterator[None]:
+    """Runs the block with the calling thread restricted to ``cpus`` (None: unchanged).
+
+    A child inherits the affinity of the thread that forks it, so the rank starts pinned, every
+    thread it ever creates included; this avoids both a race (pinning the child after it has
+    started threads) and a preexec_fn (unsafe in a launcher that runs threads). On Linux,
+    sched_setaffinity(0) changes the calling thread only."""
+    if cpus is None:
+        yield
+        return
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, previous)
+
+
 class GlooJob:
     """Spawns the ranks and supervises them until every one has exited."""
 
     def __init__(self, slots: Sequence[SlotInfo], commands: Sequence[List[str]],
                  envs: Sequence[Optional[Dict[str, str]]], remote: Sequence[bool],
                  output_dir: Optional[str] = None,
-                 first_input: Optional[Sequence[Optional[bytes]]] = None) -> None:
+                 first_input: Optional[Sequence[Optional[bytes]]] = None,
+                 affinities: Optional[Sequence[Optional[List[int]]]] = None) -> None:
         self.slots = list(slots)
         self.commands = list(commands)
         self.envs = list(envs)
         self.remote = list(remote)
         # Written to a remote rank's standard input first (its secret line), if any.
         self.first_input = list(first_input) if first_input else [None] * len(self.slots)
+        # The CPUs a local rank is pinned to (binding.gloo_affinities), None: not pinned.
+        self.affinities = list(affinities) if affinities else [None] * len(self.slots)
         self.output_dir = output_dir
         self.ranks: List[_Rank] = []
         self._exits: "queue.Queue[Tuple[int, int]]" = queue.Queue()
@@ -313,10 +341,11 @@ class GlooJob:
     def _spawn(self, index: int) -> _Rank:
         slot = self.slots[index]
         remote = self.remote[index]
-        proc = subprocess.Popen(self.commands[index], env=self.envs[index],
-                                stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        with _affinity_of_this_thread(self.affinities[index]):
+            proc = subprocess.Popen(self.commands[index], env=self.envs[index],
+                                    stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
         rank = _Rank(slot, proc, remote)
         data = self.first_input[index]
         if remote and data is not None and proc.stdin is not None:
@@ -429,6 +458,9 @@ def run_gloo(args: argparse.Namespace, command: List[str], runtime: Dict[str, st
         shell = remote_shell(args)
         cwd = os.getcwd()
         commands, envs, remote, first_input = [], [], [], []
+        n_local = sum(1 for slot in slots if locality[slot.hostname])
+        local_cpus = iter(binding.gloo_affinities(n_local, getattr(args, "binding_args", None)))
+        affinities: List[Optional[List[int]]] = []
         for slot in slots:
             per_rank = rank_env(slot, rendezvous, args)
             if locality[slot.hostname]:
@@ -438,7 +470,8 @@ def run_gloo(args: argparse.Namespace, command: List[str], runtime: Dict[str, st
                 envs.append(env)
                 remote.append(False)
                 first_input.append(None)
-                line = describe(slot, per_rank, command, True)
+                affinities.append(next(local_cpus))
+                line = describe(slot, per_rank, command, True, affinities[-1])
             else:
                 env = forwarded_env(dict(os.environ), runtime, forwarded, never, per_rank)
                 env.pop(SECRET_ENV, None)  # sent on standard input instead
@@ -447,13 +480,15 @@ def run_gloo(args: argparse.Namespace, command: List[str], runtime: Dict[str, st
                 envs.append(None)
                 remote.append(True)
                 first_input.append(secret.encode() + b"\n")
+                affinities.append(None)
                 line = describe(slot, per_rank, commands[-1], False)
             if args.verbose:
                 print(line, flush=True)
         if args.verbose:
             print(f"horovodrun: rendezvous service on {rendezvous[0]}:{rendezvous[1]}",
                   flush=True)
-        job = GlooJob(slots, commands, envs, remote, args.output_filename, first_input)
+        job = GlooJob(slots, commands, envs, remote, args.output_filename, first_input,
+                      affinities)
 
         def forward(signum: int, _frame: object) -> None:
             job.forward(signum)

@@ -13,6 +13,8 @@ import sys
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from horovod_compat.runner import binding
+
 # Variables always forwarded to the ranks when set, besides every HOROVOD_* variable.
 _FORWARDED = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL",
               "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES",
@@ -65,6 +67,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-cb", "--check-build", action="store_true",
                    help="show which frameworks and controllers were built, then exit")
     p.add_argument("--mpi-args", default="", help="extra arguments for mpirun")
+    p.add_argument("--binding-args",
+                   help="mpirun's binding and mapping flags, replacing horovodrun's (default: "
+                        "each rank bound to its share of this machine's cores when the ranks do "
+                        "not outnumber them, else '--bind-to none --map-by slot'); with --gloo "
+                        "only '--bind-to none' or '--bind-to core' (docs/launch_defaults.md)")
     p.add_argument("--mpi", dest="use_mpi", action="store_true", help="use MPI (the default)")
     p.add_argument("--gloo", dest="use_gloo", action="store_true",
                    help="run over the TCP transport: spawn the ranks here and over ssh, "
@@ -157,6 +164,15 @@ def job_hosts(args: argparse.Namespace, local_slots: int) -> List[Tuple[str, int
     return [("localhost", local_slots)]
 
 
+def _local_ranks(args: argparse.Namespace, hosts: List[Tuple[str, int]],
+                 np_: int) -> Optional[int]:
+    """How many ranks run on this machine; None when some run on other hosts."""
+    if not args.hosts and not args.hostfile:
+        return np_
+    from horovod_compat.runner.gloo_launch import is_local_host
+    return np_ if all(is_local_host(h) for h, _ in hosts) else None
+
+
 def build_mpirun_command(args: argparse.Namespace, env: Dict[str, str],
                          command: Sequence[str]) -> List[str]:
     mpirun = shutil.which("mpirun")
@@ -177,9 +193,9 @@ def build_mpirun_command(args: argparse.Namespace, env: Dict[str, str],
     if np_ > slots or (not args.hosts and not args.hostfile):
         # Local jobs (and any job asking for more ranks than slots) may exceed the core count.
         cmd.append("--oversubscribe")
-    cmd += ["--bind-to", "none", "--map-by", "slot"]
-    if np_ > (os.cpu_count() or 1) and not args.hosts and not args.hostfile:
-        cmd += ["--mca", "mpi_yield_when_idle", "1"]
+    user_args = shlex.split(args.mpi_args) if args.mpi_args else []
+    cmd += binding.mpirun_placement(_local_ranks(args, hosts, np_), len(binding.local_cores()),
+                                    getattr(args, "binding_args", None), user_args, os.environ)
     if args.ssh_port:
         cmd += ["--mca", "plm_rsh_args", f"-p {args.ssh_port}"]
     if args.nics:
@@ -194,8 +210,7 @@ def build_mpirun_command(args: argparse.Namespace, env: Dict[str, str],
     for name in names:
         if name not in _NEVER_FORWARDED:
             cmd += ["-x", name]
-    if args.mpi_args:
-        cmd += shlex.split(args.mpi_args)
+    cmd += user_args
     cmd += list(command)
     return cmd
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from horovod_compat.runner import gloo_launch, launch, run_func
+from horovod_compat.runner import binding, gloo_launch, launch, run_func
 from horovod_compat.runner.common.util.hosts import SlotInfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -239,7 +239,8 @@ _REPORTER = """
     rank = os.environ["HOROVOD_RANK"]
     names = sorted(k for k in os.environ if k.startswith(("HOROVOD_", "NCCL_", "OMPI_", "PMIX_")))
     report = {"env": {k: os.environ[k] for k in names}, "cwd": os.getcwd(), "pid": os.getpid(),
-              "secret": "_HOROVOD_SECRET_KEY" in os.environ}
+              "secret": "_HOROVOD_SECRET_KEY" in os.environ,
+              "cpus": sorted(os.sched_getaffinity(0))}
     with open(os.path.join(out, "rank-" + rank + ".json.tmp"), "w") as f:
         json.dump(report, f)
     os.replace(os.path.join(out, "rank-" + rank + ".json.tmp"),
@@ -358,6 +359,24 @@ def test_job_ranks_get_their_identity(tmp_path, np, hosts):
         assert f"[{r}]<stderr>:error line from rank {r}\n" in err
         assert f"horovodrun: rank {r} on " in out     # --verbose
     assert "horovodrun: rendezvous service on 127.0.0.1:" in out
+    # Every rank is local: each is pinned to its share of the launcher's cores when they do not
+    # outnumber them, else runs where the launcher may.
+    cores = binding.local_cores()
+    share = len(cores) // np
+    for r in range(np):
+        expected = (sorted(c for core in cores[r * share:(r + 1) * share] for c in core)
+                    if np <= len(cores) else sorted(os.sched_getaffinity(0)))
+        assert reports[r]["cpus"] == expected
+
+
+@needs_single_process
+@pytest.mark.timeout(120)
+def test_binding_args_none_leaves_gloo_ranks_unpinned(tmp_path):
+    launcher = _start(tmp_path, ["-np", "2", "--binding-args=--bind-to none"])
+    out, err = launcher.communicate(timeout=90)
+    assert launcher.returncode == 0, (out, err)
+    reports = _reports(tmp_path, 2)
+    assert [reports[r]["cpus"] for r in range(2)] == [sorted(os.sched_getaffinity(0))] * 2
 
 
 @needs_single_process

@@ -3,6 +3,7 @@ process, so the nested mpirun does not inherit an MPI job's environment)."""
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -61,6 +62,101 @@ def test_mpirun_command_line(tmp_path):
     assert cmd[cmd.index("--hostfile") + 1] == str(hostfile)
     assert "--oversubscribe" not in cmd
     assert launch.parse_hostfile(str(hostfile)) == [("node1", 4), ("node2", 4)]
+
+
+def _fake_cores(monkeypatch, n):
+    monkeypatch.setattr(launch.binding, "local_cores", lambda: [[c] for c in range(n)])
+
+
+YIELD = ["--mca", "mpi_yield_when_idle", "1"]
+
+
+def _placement(cmd):
+    """The flags between the host/oversubscribe part and the -x list."""
+    i = 3  # mpirun -np N
+    while cmd[i] in ("--allow-run-as-root", "--oversubscribe", "-H", "--hostfile"):
+        i += 2 if cmd[i] in ("-H", "--hostfile") else 1
+    end = cmd.index("-x") if "-x" in cmd else len(cmd)
+    return cmd[i:end]
+
+
+@pytest.mark.parametrize("np_,cores,expected", [
+    (2, 2, ["--bind-to", "core", "--map-by", "slot"] + YIELD),          # one core each
+    (2, 8, ["--bind-to", "core", "--map-by", "slot:PE=4"] + YIELD),     # four cores each
+    (3, 8, ["--bind-to", "core", "--map-by", "slot:PE=2"] + YIELD),     # 2 left over
+    (3, 2, ["--bind-to", "none", "--map-by", "slot"] + YIELD),          # more ranks than cores
+    (1, 1, ["--bind-to", "core", "--map-by", "slot"] + YIELD),
+])
+def test_mpirun_binds_local_ranks_to_their_share_of_the_cores(monkeypatch, np_, cores, expected):
+    _fake_cores(monkeypatch, cores)
+    for name in list(os.environ):
+        if name.startswith("OMPI_MCA_") or name.startswith("HOROVOD_"):
+            monkeypatch.delenv(name)
+    args = _args("-np", str(np_), "python", "t.py")
+    cmd = launch.build_mpirun_command(args, {}, args.command)
+    assert _placement(cmd) == expected
+    assert "--oversubscribe" in cmd
+
+
+def test_mpirun_leaves_ranks_on_other_hosts_unbound(monkeypatch):
+    _fake_cores(monkeypatch, 64)
+    monkeypatch.delenv("OMPI_MCA_mpi_yield_when_idle", raising=False)
+    args = _args("-np", "4", "-H", "node-a.invalid:2,node-b.invalid:2", "python", "t.py")
+    cmd = launch.build_mpirun_command(args, {}, args.command)
+    assert _placement(cmd) == ["--bind-to", "none", "--map-by", "slot"] + YIELD
+
+
+@pytest.mark.parametrize("flags,env,expected", [
+    # --binding-args replaces ours as given; the yield stays.
+    (["--binding-args=-bind-to socket -map-by socket"], {},
+     ["-bind-to", "socket", "-map-by", "socket"] + YIELD),
+    # Placement in --mpi-args: ours is left out (theirs comes after, with the other mpi args).
+    (["--mpi-args=--bind-to none"], {}, YIELD),
+    (["--mpi-args=--map-by=node"], {}, YIELD),
+    (["--mpi-args=--mca hwloc_base_binding_policy none"], {}, YIELD),
+    (["--mpi-args=--mca mpi_yield_when_idle 0"], {}, ["--bind-to", "core", "--map-by", "slot"]),
+    # Open MPI's variables in the environment would lose to our flags: we add none.
+    ([], {"OMPI_MCA_mpi_yield_when_idle": "0"}, ["--bind-to", "core", "--map-by", "slot"]),
+    ([], {"OMPI_MCA_hwloc_base_binding_policy": "none"}, YIELD),
+])
+def test_what_the_user_passes_wins(monkeypatch, flags, env, expected):
+    _fake_cores(monkeypatch, 2)
+    for name in list(os.environ):
+        if name.startswith("OMPI_MCA_") or name.startswith("HOROVOD_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = _args("-np", "2", *flags, "python", "t.py")
+    cmd = launch.build_mpirun_command(args, {}, args.command)
+    user = shlex.split(args.mpi_args)
+    assert cmd[-2 - len(user):] == user + ["python", "t.py"]
+    assert _placement(cmd[:len(cmd) - 2 - len(user)]) == expected
+
+
+def test_local_cores_groups_hardware_threads(tmp_path):
+    # Two packages, two cores each, two hardware threads per core (siblings 4 apart).
+    for cpu in range(8):
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text(f"{cpu // 2 % 2}\n")
+        (topology / "core_id").write_text(f"{cpu % 2}\n")
+    cores = launch.binding.local_cores(range(8), str(tmp_path))
+    assert cores == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert launch.binding.local_cores([1, 2, 5], str(tmp_path)) == [[1, 5], [2]]
+    # Without topology every CPU counts as a core.
+    assert launch.binding.local_cores([3, 1], str(tmp_path / "none")) == [[1], [3]]
+
+
+def test_gloo_affinities():
+    aff = launch.binding.gloo_affinities
+    cores = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert aff(2, None, cores) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert aff(3, None, cores) == [[0, 4], [1, 5], [2, 6]]
+    assert aff(5, None, cores) == [None] * 5
+    assert aff(2, "--bind-to core", cores) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert aff(2, "--bind-to none --map-by slot", cores) == [None, None]
+    with pytest.raises(ValueError, match="only '--bind-to none' or '--bind-to core'"):
+        aff(2, "--bind-to socket", cores)
 
 
 def _clean_env():
