@@ -2,7 +2,6 @@
 the rendezvous service with the driver's endpoints, the workers' environment, signals."""
 
 import argparse
-import os
 import secrets
 import signal
 import threading
@@ -76,7 +75,8 @@ def worker_variables(info: SlotInfo, address: str, port: int, args: argparse.Nam
 
 def gloo_run_elastic(settings: ElasticSettings, command: List[str],
                      forwarded: Sequence[str], never: Sequence[str],
-                     discovery_script: bool, first_hosts: Sequence[str]) -> elastic_driver.JobResult:
+                     discovery_script: bool,
+                     first_hosts: Sequence[str]) -> elastic_driver.JobResult:
     """Runs an elastic job to its end and returns how it ended."""
     args = settings.args
     addresses = RendezvousAddresses(settings.nics, first_hosts, discovery_script)

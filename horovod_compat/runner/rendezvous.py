@@ -192,7 +192,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             try:
                 last_round = int(body.decode().strip())
             except (UnicodeDecodeError, ValueError):
-                self._refuse(400, f"the ready body must be a round number, got {_shown(repr(body))}")
+                self._refuse(400, f"the ready body must be a round number, got "
+                                  f"{_shown(repr(body))}")
                 return
             endpoints.ready(urllib.parse.unquote(parts[1]), last_round)
             self._reply(200)

@@ -3,8 +3,8 @@
 RESET_LIMIT_EXCEEDED_MESSAGE = ("Horovod was shutdown because number of resets during elastic job "
                                 "exceeded limit: {}")
 
-MIN_SLOTS_TIMEOUT_MESSAGE = ("Timed out waiting for {{activity}}. Please check that you have enough "
-                             "resources to run at least {min_np} Horovod processes.")
+MIN_SLOTS_TIMEOUT_MESSAGE = ("Timed out waiting for {{activity}}. Please check that you have "
+                             "enough resources to run at least {min_np} Horovod processes.")
 MIN_SLOTS_ACTIVITY = "minimum number of slots to become available"
 
 WORKER_FAILED_MESSAGE = ("Horovod detected that one or more processes exited with non-zero status, "

@@ -49,8 +49,8 @@ class HostDiscoveryScript:
                                   stdin=subprocess.DEVNULL, timeout=SCRIPT_TIMEOUT_SECONDS,
                                   check=False)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"{constants.DISCOVERY_FAILED_MESSAGE.format(script=self.script, code='none')}"
-                               f" (no answer in {SCRIPT_TIMEOUT_SECONDS:.0f} s)") from None
+            message = constants.DISCOVERY_FAILED_MESSAGE.format(script=self.script, code="none")
+            raise RuntimeError(f"{message} (no answer in {SCRIPT_TIMEOUT_SECONDS:.0f} s)") from None
         if done.returncode != 0:
             raise RuntimeError(constants.DISCOVERY_FAILED_MESSAGE.format(
                 script=self.script, code=done.returncode))

@@ -7,6 +7,7 @@ The workers talk to it through the rendezvous service (``ready``, ``assignment``
 """
 
 import json
+import queue
 import signal
 import sys
 import threading
@@ -102,8 +103,7 @@ class _Discovery:
 class ElasticDriver:
     """Forms the rounds of one elastic job. ``worker_env(slot_info, hosts)`` gives the variables
     of a worker started for ``slot_info`` (its planned place) while ``hosts`` are the job's;
-    ``drop_scope`` forgets an old round's
-    rendezvous keys."""
+    ``drop_scope`` forgets an old round's rendezvous keys."""
 
     def __init__(self, settings: ElasticSettings, launcher: WorkerLauncher,
                  worker_env: Callable[[SlotInfo, List[str]], Dict[str, str]],
@@ -213,7 +213,7 @@ class ElasticDriver:
         while True:
             try:
                 exits.append(self.launcher.exits.get_nowait())
-            except Exception:  # queue.Empty
+            except queue.Empty:
                 break
         with self._lock:
             now = time.monotonic()
@@ -336,7 +336,8 @@ class ElasticDriver:
         self._slots = {h: s for h, s in self._discovered if h in usable}
         self._order = rounds.update_host_order(self._order, usable)
         for worker in self._all:
-            if worker.alive and not worker.removed and worker.slot >= self._slots.get(worker.host, 0):
+            if worker.alive and not worker.removed \
+                    and worker.slot >= self._slots.get(worker.host, 0):
                 worker.removed = f"host {worker.host} slot {worker.slot} is no longer available"
                 _log(f"worker {worker.identity} leaves the job: {worker.removed}")
                 if not self._is_member(worker):
@@ -372,14 +373,15 @@ class ElasticDriver:
         if not self._started:
             available = sum(self._slots.values())
             hosts = len(self._slots)
-            from horovod_compat.runner import gloo_run
-            if available < self.settings.num_proc or hosts < gloo_run._get_min_start_hosts(self.settings):
+            from horovod_compat.runner import gloo_run  # imports this module: not at the top
+            if available < self.settings.num_proc \
+                    or hosts < gloo_run._get_min_start_hosts(self.settings):
                 self._check_min_slots_timeout(now, self.settings.num_proc)
                 return
             self._started = True
         plan = self._plan()
         planned_info = rounds.assign(plan, self._round + 1)
-        for rank_order, (host, slot) in enumerate(plan):
+        for host, slot in plan:
             identity = f"{host}:{slot}"
             current = self._workers.get(identity)
             if current is not None and (current.alive or current.returncode == 0):
@@ -391,7 +393,13 @@ class ElasticDriver:
             worker = Worker(host, slot, a["rank"])
             self._workers[identity] = worker
             self._all.append(worker)
-            self.launcher.start(worker, self.worker_env(info, list(self._order)))
+            try:
+                env = self.worker_env(info, list(self._order))
+            except ValueError as error:  # e.g. a discovered host that does not resolve
+                _log(f"cannot start worker {worker.identity}: {error}")
+                self.launcher.exits.put((worker, 127))
+                continue
+            self.launcher.start(worker, env)
 
     # -- rounds ----------------------------------------------------------------------------------
 
@@ -436,6 +444,11 @@ class ElasticDriver:
     def _form(self, number: int, members: List[rounds.Slot]) -> None:
         self._round = number
         self._assignments = rounds.assign(members, number)
+        for mine in self._assignments.values():
+            # Beyond the protocol's fields: hosts_event's timestamp when the round formed, the
+            # baseline against which rank 0 may judge later updates (Horovod drops the host
+            # messages it received before a reset).
+            mine["hosts_event"] = self._event[0]
         self._members = [f"{h}:{s}" for h, s in members]
         self._member_workers = {i: self._workers[i] for i in self._members}
         for worker in self._member_workers.values():
