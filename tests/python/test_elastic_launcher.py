@@ -5,6 +5,7 @@ that are aliases of this machine (localhost, 127.0.0.2, 127.0.0.3)."""
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -202,7 +203,7 @@ def test_run_func_passes_horovods_elastic_keywords(tmp_path):
 
 def _job(tmp_path, flags, plan, timeout=90, on_log=None):
     """Runs ``horovodrun <flags> python elastic_fake_worker.py``; returns (exit code, stderr,
-    the workers' events). ``on_log(events)`` is called while the job runs."""
+    the workers' events). ``on_log(events, proc)`` is called while the job runs."""
     log = tmp_path / "events.jsonl"
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
@@ -217,7 +218,7 @@ def _job(tmp_path, flags, plan, timeout=90, on_log=None):
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None and on_log is not None and time.monotonic() < deadline:
-            on_log(_events(log))
+            on_log(_events(log), proc)
             time.sleep(0.1)
         out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
     finally:
@@ -279,7 +280,7 @@ class _Schedule:
         self.hosts_file = hosts_file
         self.stage = 0
 
-    def __call__(self, events):
+    def __call__(self, events, _proc):
         rounds_seen = {e["round"] for e in events if e["event"] == "round"}
         if self.stage == 0 and 1 in rounds_seen:
             self.hosts_file.write_text("localhost:1\n127.0.0.2:1\n")
@@ -369,3 +370,20 @@ def test_a_stuck_worker_is_dropped_after_the_timeout(tmp_path):
     assert code == 0, err
     assert "worker 127.0.0.2:0 was not ready for round 1 within 2 s: dropping it" in err
     assert [(e["id"], e["size"], e["steps"]) for e in _done(events)] == [("localhost:0", 1, 10)]
+
+
+@needs_single_process
+@pytest.mark.timeout(120)
+def test_sigterm_is_forwarded_and_ends_the_job(tmp_path):
+    sent = []
+
+    def stop_once_running(events, proc):
+        if not sent and any(e["event"] == "round" for e in events):
+            proc.send_signal(signal.SIGTERM)
+            sent.append(True)
+
+    code, err, events = _job(tmp_path, ["-np", "2", "--min-np", "1", "-H", "localhost:2"],
+                             {"steps": 100000}, on_log=stop_once_running)
+    assert sent and code == 128 + signal.SIGTERM, err
+    assert f"interrupted by signal {int(signal.SIGTERM)}" in err
+    assert not _done(events)
