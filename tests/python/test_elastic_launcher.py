@@ -387,3 +387,24 @@ def test_sigterm_is_forwarded_and_ends_the_job(tmp_path):
     assert sent and code == 128 + signal.SIGTERM, err
     assert f"interrupted by signal {int(signal.SIGTERM)}" in err
     assert not _done(events)
+
+
+@needs_single_process
+@pytest.mark.timeout(120)
+def test_run_elastic_in_process_raises_horovods_error(tmp_path, monkeypatch, capfd):
+    """As Horovod's own elastic tests drive it: parse_args() on sys.argv, then _run_elastic."""
+    (tmp_path / "markers").mkdir()
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "events.jsonl"))
+    monkeypatch.setenv("FAKE_PLAN", json.dumps({
+        "steps": 10, "marker_dir": str(tmp_path / "markers"),
+        "fail": {"localhost:0": {"at_step": 1, "mode": "exit"},
+                 "localhost:1": {"at_step": 1, "mode": "exit"}}}))
+    monkeypatch.delenv("HOROVOD_ELASTIC_TIMEOUT", raising=False)
+    monkeypatch.setattr(sys, "argv", ["horovodrun", "-np", "2", "--min-num-proc", "1", "-H",
+                                      "localhost:2", "--no-alias", sys.executable, WORKER])
+    args = launch.parse_args()
+    with pytest.raises(RuntimeError, match="Horovod detected that one or more processes exited "
+                                           "with non-zero status"):
+        launch._run_elastic(args)
+    capfd.readouterr()

@@ -222,7 +222,6 @@ class ElasticDriver:
                     raise _JobOver(JobResult(128 + self._signalled))
                 for worker, code in exits:
                     worker.returncode = code
-                    self.launcher.finish(worker)
                 return
             for worker, code in exits:
                 self._on_exit(worker, code, now)
@@ -236,9 +235,11 @@ class ElasticDriver:
             self._maybe_form_round(now)
 
     def _end_all(self) -> None:
-        """Terminates whatever still runs and waits for it (bounded by the kill grace)."""
+        """Terminates whatever still runs, waits for it (bounded by the kill grace) and collects
+        every worker's output."""
         with self._lock:
             alive = [w for w in self._all if w.alive]
+            everyone = list(self._all)
         for worker in alive:
             terminate(worker)
         deadline = time.monotonic() + 10
@@ -253,13 +254,14 @@ class ElasticDriver:
                 worker.signal(signal.SIGKILL)
                 worker.proc.wait()
             worker.returncode = worker.proc.returncode
+        for worker in everyone:
             self.launcher.finish(worker)
 
     # -- exits ---------------------------------------------------------------------------------
 
     def _on_exit(self, worker: Worker, code: int, now: float) -> None:
         worker.returncode = code
-        self.launcher.finish(worker)
+        self.launcher.close_input(worker)
         if worker.removed:
             return  # out of the job already: however it ends does not matter
         member = self._is_member(worker)
@@ -295,10 +297,15 @@ class ElasticDriver:
                 worker.signal(signal.SIGKILL)
 
     def _check_survivors(self) -> None:
-        """After a failure with no worker of the last round left, the state is lost: end."""
-        if not self._failures or not self._members:
+        """After a failure with no worker of the last round left, the state is lost; with no
+        worker left at all (before the first round: every one failed), nothing would ever come
+        back. Either way: end now, as Horovod does, rather than after the timeout."""
+        if not self._failures:
             return
-        if not any(w.alive and not w.removed for w in self._member_workers.values()):
+        if not any(w.alive and not w.removed for w in self._all):
+            self._fail_with_worker_error()
+        if self._members and \
+                not any(w.alive and not w.removed for w in self._member_workers.values()):
             self._fail_with_worker_error()
 
     def _check_finished(self) -> None:

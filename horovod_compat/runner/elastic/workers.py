@@ -144,15 +144,21 @@ class WorkerLauncher:
         self.exits.put((worker, code))
 
     @staticmethod
-    def finish(worker: Worker) -> None:
-        """Joins the worker's output copiers (bounded) and closes its input."""
-        for reader in worker.readers:
-            reader.join(timeout=5)
+    def close_input(worker: Worker) -> None:
+        """Closes the remote shell's input (it ends the remote worker if still there)."""
         if worker.proc is not None and worker.proc.stdin is not None:
             try:
                 worker.proc.stdin.close()
             except OSError:
                 pass
+
+    @staticmethod
+    def finish(worker: Worker) -> None:
+        """Joins the worker's output copiers (bounded: its own children may hold the pipes)
+        and closes its input."""
+        for reader in worker.readers:
+            reader.join(timeout=5)
+        WorkerLauncher.close_input(worker)
 
 
 def terminate(worker: Worker, grace: float = gloo_launch.TERMINATE_GRACE_SECONDS) -> None:
