@@ -23,7 +23,7 @@ import time
 
 from horovod_compat.runner.rendezvous import SIGNATURE_HEADER, sign
 
-PEER_TIMEOUT = 3.0
+PEER_TIMEOUT = 5.0
 ASSIGNMENT_TIMEOUT = 60.0
 
 
