@@ -426,8 +426,14 @@ def _elastic_job(args: argparse.Namespace, command: List[str]) -> "object":
         hosts = merge_hosts(job_hosts(args, num_proc or args.min_num_proc or 1))
         source = discovery.FixedHosts(hosts)
         first_hosts = [h for h, _ in hosts]
+        total = sum(s for _, s in hosts)
         if num_proc is None:
-            num_proc = sum(s for _, s in hosts)
+            num_proc = total
+        if num_proc > total:
+            # Fixed hosts never grow: waiting for the slots would only end in the timeout.
+            listed = ",".join(f"{h}:{s}" for h, s in hosts)
+            raise ValueError(f"-np {num_proc} is more than the {total} slots of the hosts "
+                             f"({listed}), which do not change without a discovery script")
     if num_proc is None:
         num_proc = args.min_num_proc
     if num_proc is None:

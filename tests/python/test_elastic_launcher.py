@@ -23,6 +23,9 @@ from horovod_compat.runner.rendezvous import SIGNATURE_HEADER, RendezvousServer,
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_fake_worker.py")
 
+# Every test is bounded; the jobs below set their own, longer bounds.
+pytestmark = pytest.mark.timeout(60)
+
 needs_single_process = pytest.mark.skipif(
     "OMPI_COMM_WORLD_SIZE" in os.environ,
     reason="launcher jobs run from the test process started without mpirun")
@@ -420,3 +423,14 @@ def test_run_elastic_in_process_raises_horovods_error(tmp_path, monkeypatch, cap
                                            "with non-zero status"):
         launch._run_elastic(args)
     capfd.readouterr()
+
+
+@needs_single_process
+def test_misconfigured_jobs_fail_at_once(capfd):
+    assert launch.run_commandline(["-np", "4", "--min-np", "2", "-H", "a:1,b:1", "true"]) == 2
+    assert ("-np 4 is more than the 2 slots of the hosts (a:1,b:1), which do not change without "
+            "a discovery script") in capfd.readouterr().err
+    # A discovery script that fails on its first run: no waiting for the timeout.
+    assert launch.run_commandline(["--min-np", "1", "--host-discovery-script", "exit 7",
+                                   "true"]) == 1
+    assert "Failed to execute discovery script: exit 7. Exit code: 7" in capfd.readouterr().err
