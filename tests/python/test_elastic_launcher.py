@@ -434,3 +434,124 @@ def test_misconfigured_jobs_fail_at_once(capfd):
     assert launch.run_commandline(["--min-np", "1", "--host-discovery-script", "exit 7",
                                    "true"]) == 1
     assert "Failed to execute discovery script: exit 7. Exit code: 7" in capfd.readouterr().err
+
+
+# -- the driver, step by step, with workers that are only records -------------------------
+
+class _Hosts:
+    def __init__(self, hosts):
+        self.hosts = hosts
+
+    def find_available_hosts_and_slots(self):
+        return list(self.hosts)
+
+
+class _NoProcesses:
+    """A WorkerLauncher that starts nothing: the test plays the workers."""
+
+    def __init__(self):
+        import queue
+        self.exits = queue.Queue()
+        self.started = []
+
+    def start(self, worker, env):
+        self.started.append((worker.identity, env["HOROVOD_RANK"], env["HOROVOD_SIZE"]))
+
+    def close_input(self, worker):
+        pass
+
+    def finish(self, worker):
+        pass
+
+
+def _answer(driver, identity):
+    body = driver.assignment(identity)
+    return None if body is None else json.loads(body)
+
+
+def test_driver_rounds_hosts_event_and_removal(capfd):
+    from horovod_compat.runner.elastic.driver import ElasticDriver
+    hosts = _Hosts([("a", 1), ("b", 1)])
+    launcher = _NoProcesses()
+    settings = ElasticSettings(discovery=hosts, num_proc=2, min_num_proc=1)
+    driver = ElasticDriver(settings, launcher,
+                           lambda info, job_hosts: {"HOROVOD_RANK": str(info.rank),
+                                                    "HOROVOD_SIZE": str(info.size)})
+
+    def step():
+        driver._discovery._poll()
+        driver._step()
+
+    step()
+    assert launcher.started == [("a:0", "0", "2"), ("b:0", "1", "2")]
+    assert _answer(driver, "a:0") is None and _answer(driver, "zz:0")["removed"]
+    driver.ready("a:0", -1)
+    step()
+    assert _answer(driver, "a:0") is None  # b:0 has not asked yet
+    driver.ready("b:0", -1)
+    step()
+    assert _answer(driver, "b:0") == {"round": 1, "rank": 1, "size": 2, "local_rank": 0,
+                                      "local_size": 1, "cross_rank": 1, "cross_size": 2,
+                                      "scope": "elastic-1", "hosts_event": 0}
+    assert driver.hosts_event() == b"0 0"
+    # A host added: a worker for it, and rank 0 is told (kind 2, added).
+    hosts.hosts = [("a", 1), ("b", 1), ("c", 1)]
+    step()
+    assert launcher.started[-1] == ("c:0", "2", "3")
+    stamp, kind = driver.hosts_event().split()
+    assert int(stamp) > 0 and kind == b"2"
+    driver.ready("c:0", -1)
+    step()
+    assert _answer(driver, "c:0") is None  # waits for the others to come back
+    # A host removed before rank 0 acted: the kinds add up (3) and the timestamp grows.
+    hosts.hosts = [("a", 1), ("c", 1)]
+    step()
+    stamp2, kind2 = driver.hosts_event().split()
+    assert int(stamp2) > int(stamp) and kind2 == b"3"
+    assert _answer(driver, "b:0")["removed"]
+    # Rank 0 resets everyone (b is out, c asked already): round 2 keeps a first, then c.
+    driver.ready("a:0", 1)
+    step()
+    assert (_answer(driver, "a:0")["round"], _answer(driver, "a:0")["rank"]) == (2, 0)
+    assert (_answer(driver, "c:0")["rank"], _answer(driver, "c:0")["size"]) == (1, 2)
+    assert _answer(driver, "c:0")["hosts_event"] == int(stamp2)
+    assert driver.hosts_event() == stamp2 + b" 0"  # nothing new since round 2 formed
+    # a finishes: the job is over for anyone asking for another round.
+    worker_a = driver._workers["a:0"]
+    launcher.exits.put((worker_a, 0))
+    step()
+    driver.ready("c:0", 2)
+    assert _answer(driver, "c:0")["reason"] == "the job is over: its workers have finished"
+    capfd.readouterr()
+
+
+def test_driver_gives_a_restarted_slot_no_old_round(capfd):
+    from horovod_compat.runner.elastic.driver import ElasticDriver
+    launcher = _NoProcesses()
+    settings = ElasticSettings(discovery=_Hosts([("a", 1), ("b", 1)]), num_proc=2,
+                               min_num_proc=1, cooldown_range=(1, 1))
+    driver = ElasticDriver(settings, launcher,
+                           lambda info, job_hosts: {"HOROVOD_RANK": str(info.rank),
+                                                    "HOROVOD_SIZE": str(info.size)})
+
+    def step():
+        driver._discovery._poll()
+        driver._step()
+
+    step()
+    driver.ready("a:0", -1)
+    driver.ready("b:0", -1)
+    step()
+    assert _answer(driver, "b:0")["round"] == 1
+    launcher.exits.put((driver._workers["b:0"], 9))   # b's worker fails: b out for 1 s
+    step()
+    assert len(launcher.started) == 2
+    time.sleep(1.2)
+    step()
+    assert launcher.started[-1] == ("b:0", "1", "2")   # back after the cooldown, a new process
+    driver.ready("b:0", -1)
+    assert _answer(driver, "b:0") is None             # not round 1: that was its predecessor's
+    driver.ready("a:0", 1)
+    step()
+    assert (_answer(driver, "b:0")["round"], _answer(driver, "b:0")["rank"]) == (2, 1)
+    capfd.readouterr()
