@@ -6,6 +6,7 @@ The workers talk to it through the rendezvous service (``ready``, ``assignment``
 ``run()``, one step every ``STEP_SECONDS``. One lock guards the whole state.
 """
 
+import collections
 import json
 import queue
 import signal
@@ -134,6 +135,9 @@ class ElasticDriver:
         self._event = (0, NO_UPDATE)               # hosts_event: (timestamp, kind)
         self._notified: Set[str] = set()           # the plan rank 0 last heard of (or formed)
         self._signalled: Optional[int] = None
+        # Signals received, handled by the next step: a handler runs on the main thread, which
+        # may hold _lock at that moment.
+        self._signals: "collections.deque[int]" = collections.deque()
 
     # -- the workers' requests (rendezvous threads) -----------------------------------------
 
@@ -179,15 +183,21 @@ class ElasticDriver:
     # -- running -------------------------------------------------------------------------------
 
     def forward(self, signum: int) -> None:
-        """A signal the launcher received: passed on to every worker (a second one kills)."""
-        with self._lock:
+        """A signal the launcher received (from a signal handler): the next step passes it on to
+        every worker (a second one kills them)."""
+        self._signals.append(signum)
+
+    def _forward_signals(self) -> None:
+        while self._signals:
+            signum = self._signals.popleft()
             if self._signalled is not None:
                 signum = signal.SIGKILL
             else:
                 self._signalled = signum
-            workers = [w for w in self._all if w.alive]
-        for worker in workers:
-            worker.signal(signum)
+                _log(f"got signal {signum}: passing it on to the workers")
+            for worker in self._all:
+                if worker.alive:
+                    worker.signal(signum)
 
     def run(self) -> JobResult:
         """Runs the job to its end; every worker has exited when this returns."""
@@ -217,6 +227,7 @@ class ElasticDriver:
                 break
         with self._lock:
             now = time.monotonic()
+            self._forward_signals()
             if self._signalled is not None:
                 if not any(w.alive for w in self._all) and not exits:
                     raise _JobOver(JobResult(128 + self._signalled))
