@@ -1,5 +1,6 @@
 """Launcher: ``horovodrun`` translated into an ``mpirun`` command line (docs/keras.md, "horovodrun"),
-and ``run(func, ...)``, Horovod's programmatic launcher."""
+or run over TCP (``--gloo``, docs/tcp.md; elastic, docs/elastic.md), and ``run(func, ...)``,
+Horovod's programmatic launcher."""
 
 from typing import Optional, Sequence
 

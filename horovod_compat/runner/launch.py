@@ -1,7 +1,9 @@
 """``horovodrun``: builds an Open MPI ``mpirun`` command line and environment from Horovod's
 launcher flags, runs it, forwards SIGINT/SIGTERM and exits with the job's exit code. With
 ``--gloo`` (or ``HOROVOD_CONTROLLER=gloo``, or when mpirun is not installed) the job runs over
-the TCP transport instead, launched by gloo_launch.py."""
+the TCP transport instead, launched by gloo_launch.py. With ``--host-discovery-script`` or
+``--min-np`` the job is elastic (docs/elastic.md), always over the TCP transport, run by
+runner/elastic/ through gloo_run.py."""
 
 import argparse
 import os
@@ -76,6 +78,26 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--gloo", dest="use_gloo", action="store_true",
                    help="run over the TCP transport: spawn the ranks here and over ssh, "
                         "without mpirun")
+    e = p.add_argument_group("elastic arguments (docs/elastic.md)")
+    e.add_argument("--min-np", "--min-num-proc", dest="min_num_proc", type=int,
+                   help="elastic: the fewest processes the job runs with (default: -np)")
+    e.add_argument("--max-np", "--max-num-proc", dest="max_num_proc", type=int,
+                   help="elastic: the most processes (default: every discovered slot)")
+    e.add_argument("--slots-per-host", dest="slots", type=int,
+                   help="elastic: slots of a discovered host printed without ':slots' "
+                        "(default 1)")
+    e.add_argument("--host-discovery-script", dest="host_discovery_script",
+                   help="elastic: executable printing the available hosts, one 'host[:slots]' "
+                        "per line; run about once a second")
+    e.add_argument("--elastic-timeout", dest="elastic_timeout", type=int,
+                   help="elastic: seconds a round waits for its workers and for --min-np slots "
+                        "(HOROVOD_ELASTIC_TIMEOUT, default 600)")
+    e.add_argument("--reset-limit", dest="reset_limit", type=int,
+                   help="elastic: stop the job after this many resets")
+    e.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=int, nargs=2,
+                   metavar=("MIN", "MAX"),
+                   help="elastic: seconds a failed host stays blacklisted (growing with each "
+                        "failure, within MIN..MAX); default: for good")
     p.add_argument("--no-alias", dest="no_alias", action="store_true",
                    help="do not map 'import horovod...' onto horovod_compat in Python commands")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
@@ -299,6 +321,18 @@ def run_commandline(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("no command to run")
     if not args.no_alias:
         command = with_alias(command)
+    if _is_elastic(args):
+        if args.use_mpi:
+            parser.error("elastic mode (--min-np, --host-discovery-script) runs over TCP: "
+                         "--mpi excludes it")
+        try:
+            result = _elastic_job(args, command)
+        except (ValueError, RuntimeError) as error:
+            print(f"horovodrun: {error}", file=sys.stderr, flush=True)
+            return 2
+        if result.error is not None:
+            print(f"horovodrun: {result.error.rstrip()}", file=sys.stderr, flush=True)
+        return result.exit_code
     if use_gloo(args):
         return _run_gloo(args, command)
     env = dict(os.environ)
@@ -356,6 +390,83 @@ def _run_gloo(args: argparse.Namespace, command: List[str]) -> int:
     except (ValueError, RuntimeError) as error:
         print(f"horovodrun: {error}", file=sys.stderr, flush=True)
         return 2
+
+
+def _is_elastic(args: argparse.Namespace) -> bool:
+    """Elastic when hosts are discovered or a minimum number of processes is given."""
+    return args.host_discovery_script is not None or args.min_num_proc is not None
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Horovod's ``horovod.runner.launch.parse_args``: the flags of ``sys.argv[1:]`` (or
+    ``argv``), with Horovod's names for the process count (``num_proc``) and ``run_func``."""
+    args = make_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    args.num_proc = args.np
+    args.run_func = None
+    args.executable = None
+    return args
+
+
+def _elastic_command(args: argparse.Namespace) -> List[str]:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ValueError("no command to run")
+    return command if args.no_alias else with_alias(command)
+
+
+def _run_elastic(args: argparse.Namespace) -> None:
+    """Horovod's ``_run_elastic``: runs the elastic job of ``parse_args()``'s ``args``; raises
+    ``RuntimeError`` with Horovod's message when it fails."""
+    result = _elastic_job(args, _elastic_command(args))
+    if result.error is not None:
+        raise RuntimeError(result.error)
+
+
+def _elastic_job(args: argparse.Namespace, command: List[str]) -> "object":
+    """Builds the elastic settings from the flags and runs the job (runner/elastic/)."""
+    from horovod_compat.runner import gloo_run
+    from horovod_compat.runner.elastic import discovery
+    from horovod_compat.runner.elastic.settings import ElasticSettings
+    from horovod_compat.runner.gloo_launch import merge_hosts
+
+    num_proc = args.np if args.np is not None else getattr(args, "num_proc", None)
+    if args.host_discovery_script:
+        if args.hosts or args.hostfile:
+            raise ValueError("--host-discovery-script excludes -H and --hostfile")
+        source = discovery.HostDiscoveryScript(args.host_discovery_script, args.slots or 1)
+        first_hosts: List[str] = []
+    else:
+        hosts = merge_hosts(job_hosts(args, num_proc or args.min_num_proc or 1))
+        source = discovery.FixedHosts(hosts)
+        first_hosts = [h for h, _ in hosts]
+        total = sum(s for _, s in hosts)
+        if num_proc is None:
+            num_proc = total
+        if num_proc > total:
+            # Fixed hosts never grow: waiting for the slots would only end in the timeout.
+            listed = ",".join(f"{h}:{s}" for h, s in hosts)
+            raise ValueError(f"-np {num_proc} is more than the {total} slots of the hosts "
+                             f"({listed}), which do not change without a discovery script")
+    if num_proc is None:
+        num_proc = args.min_num_proc
+    if num_proc is None:
+        raise ValueError("elastic mode needs -np or --min-np")
+    if args.mpi_args:
+        print("horovodrun: --mpi-args is ignored: the job runs over TCP (elastic)",
+              file=sys.stderr, flush=True)
+    runtime = dict(runtime_env(args), HVDC_TCP_ADDRESS_ORIGIN="horovodrun (elastic)")
+    settings = ElasticSettings(
+        discovery=source, num_proc=num_proc,
+        min_num_proc=args.min_num_proc if args.min_num_proc is not None else num_proc,
+        max_num_proc=args.max_num_proc, elastic_timeout=args.elastic_timeout,
+        reset_limit=args.reset_limit,
+        cooldown_range=tuple(args.cooldown_range) if args.cooldown_range else None,
+        nics=args.nics, verbose=bool(args.verbose), output_filename=args.output_filename,
+        args=args, runtime_env=runtime)
+    return gloo_run.gloo_run_elastic(settings, command, _FORWARDED, _NEVER_FORWARDED,
+                                     bool(args.host_discovery_script), first_hosts)
 
 
 def main() -> None:

@@ -8,6 +8,12 @@ Every rank of a TCP job registers the address it listens on and looks up the oth
 
 Each request is answered on its own thread and the connection is closed after the answer.
 
+In an elastic job (docs/elastic.md) the launcher's driver also answers, under ``/elastic/``:
+
+    PUT /elastic/ready/<host>:<slot>      body = last round   -> 200
+    GET /elastic/assignment/<host>:<slot>                     -> 200 with JSON, 404 while none
+    GET /elastic/hosts_event                                  -> 200 "<timestamp> <kind>"
+
 With a secret (``horovodrun --gloo`` makes one per job and gives it to the ranks as
 ``HOROVOD_SECRET_KEY``), every request must carry the header
 
@@ -25,7 +31,8 @@ import socket
 import socketserver
 import sys
 import threading
-from typing import Dict, Optional, Tuple, Union
+import urllib.parse
+from typing import Dict, Optional, Protocol, Tuple, Union
 
 #: The variable that carries a job's secret to its ranks (never printed).
 SECRET_ENV = "HOROVOD_SECRET_KEY"
@@ -34,6 +41,19 @@ SIGNATURE_HEADER = "X-Hvdc-Signature"
 
 # Values are short ("host:port"); anything much larger is a stray client, not a rank.
 MAX_VALUE_BYTES = 64 * 1024
+
+#: The path prefix of the elastic driver's endpoints (the scope "elastic" is theirs).
+ELASTIC_PREFIX = "/elastic/"
+
+
+class ElasticEndpoints(Protocol):
+    """What the elastic driver answers (runner/elastic/driver.py); called on request threads."""
+
+    def ready(self, identity: str, last_round: int) -> None: ...
+
+    def assignment(self, identity: str) -> Optional[bytes]: ...
+
+    def hosts_event(self) -> bytes: ...
 
 
 def sign(secret: bytes, method: str, path: str, body: bytes = b"") -> str:
@@ -74,6 +94,12 @@ class KeyValueStore:
     def keys(self, scope: str) -> list:
         with self._lock:
             return sorted(k for s, k in self._values if s == scope)
+
+    def drop_scope(self, scope: str) -> None:
+        """Forgets every key of ``scope`` (an elastic round's, once no worker reads it)."""
+        with self._lock:
+            for key in [k for k in self._values if k[0] == scope]:
+                del self._values[key]
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -155,7 +181,39 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
         self.close_connection = True
 
+    def _elastic(self, body: bytes) -> None:
+        """Answers a signed request under /elastic/ from the driver, or 404 without one."""
+        endpoints: Optional[ElasticEndpoints] = self.server.elastic  # type: ignore[attr-defined]
+        parts = self.path.split("?", 1)[0][len(ELASTIC_PREFIX):].split("/")
+        if endpoints is None:
+            self._reply(404)
+            return
+        if self.command == "PUT" and len(parts) == 2 and parts[0] == "ready" and parts[1]:
+            try:
+                last_round = int(body.decode().strip())
+            except (UnicodeDecodeError, ValueError):
+                self._refuse(400, f"the ready body must be a round number, got "
+                                  f"{_shown(repr(body))}")
+                return
+            endpoints.ready(urllib.parse.unquote(parts[1]), last_round)
+            self._reply(200)
+        elif self.command == "GET" and len(parts) == 2 and parts[0] == "assignment" and parts[1]:
+            answer = endpoints.assignment(urllib.parse.unquote(parts[1]))
+            if answer is None:
+                self._reply(404)
+            else:
+                self._reply(200, answer)
+        elif self.command == "GET" and parts == ["hosts_event"]:
+            self._reply(200, endpoints.hosts_event())
+        else:
+            self._refuse(400, f"no elastic endpoint {self.command} {_shown(self.path)}")
+
     def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.startswith(ELASTIC_PREFIX):
+            body = self._read_body(required=True)
+            if body is not None and self._signed(body):
+                self._elastic(body)
+            return
         target = self._scope_and_key()
         if target is None:
             return
@@ -166,6 +224,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._reply(200)
 
     def do_GET(self) -> None:  # noqa: N802
+        if self.path.startswith(ELASTIC_PREFIX):
+            body = self._read_body(required=False)
+            if body is not None and self._signed(body):
+                self._elastic(body)
+            return
         target = self._scope_and_key()
         if target is None:
             return
@@ -201,9 +264,10 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     request_queue_size = 1024
 
     def __init__(self, address: Tuple[str, int], store: KeyValueStore,
-                 secret: Optional[bytes]) -> None:
+                 secret: Optional[bytes], elastic: Optional[ElasticEndpoints] = None) -> None:
         self.store = store
         self.secret = secret
+        self.elastic = elastic
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
 
@@ -217,15 +281,18 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 class RendezvousServer:
     """Runs the key-value store on ``host`` (an address of this machine) and an ephemeral port
     (or ``port``) in a background thread between ``start()`` and ``stop()``. With ``secret``,
-    only requests signed with it are served (403 otherwise)."""
+    only requests signed with it are served (403 otherwise). With ``elastic``, the requests under
+    ``/elastic/`` go to it (an elastic job's driver); without, they are answered 404."""
 
-    def __init__(self, secret: Union[bytes, str, None] = None) -> None:
+    def __init__(self, secret: Union[bytes, str, None] = None,
+                 elastic: Optional[ElasticEndpoints] = None) -> None:
         if isinstance(secret, str):
             secret = os.fsencode(secret)
         if secret is not None and not secret:
             raise ValueError("the rendezvous secret must not be empty")
         self.secret: Optional[bytes] = secret
         self.store = KeyValueStore()
+        self.elastic = elastic
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -234,7 +301,7 @@ class RendezvousServer:
         if self._server is not None:
             raise RuntimeError("the rendezvous service is already running")
         try:
-            self._server = _Server((host, port), self.store, self.secret)
+            self._server = _Server((host, port), self.store, self.secret, self.elastic)
         except OSError as error:
             raise RuntimeError(f"cannot start the rendezvous service on {host}:{port}: "
                                f"{error.strerror or error}") from error

@@ -16,17 +16,23 @@ def _rank() -> int:
 
 def main(directory: str) -> None:
     rank = _rank()
+    # An elastic worker's rank is the one of its last round, known only once func returns.
+    elastic = os.environ.get("HOROVOD_ELASTIC") == "1"
     # The function may refer to `horovod...` modules by name (a script run through the alias).
     alias.install()
     try:
         with open(os.path.join(directory, FUNC_FILE), "rb") as f:
             func, args, kwargs = pickle.load(f)
         value = func(*args, **kwargs)
+        if elastic:
+            rank = _rank()
         tmp = result_file(directory, rank) + ".tmp"
         with open(tmp, "wb") as f:
             _pickle_module().dump(value, f)
         os.replace(tmp, result_file(directory, rank))
     except BaseException:  # noqa: BLE001 - reported to the caller with the rank
+        if elastic:
+            rank = _rank()
         text = traceback.format_exc()
         with open(error_file(directory, rank), "w") as f:
             f.write(text)
