@@ -236,6 +236,21 @@ def test_late_joiner_decides_like_rank_zero(elastic_env):
     assert joiner._last_updated_timestamp == 5
 
 
+def test_every_rank_follows_rank_zeros_decision(elastic_env):
+    """Updates delivered to some ranks only (deliberately rank-dependent): every rank raises,
+    or not, with rank 0, through the real broadcast (under mpirun -np N)."""
+    state = common_elastic.ObjectState(hvd.broadcast_object, hvd.rank, step=0)
+    if hvd.rank() != 0:
+        state.on_hosts_updated(7, common_elastic.HostUpdateResult.removed)
+    state.check_host_updates()  # rank 0 saw nothing: nobody raises
+    if hvd.rank() == 0:
+        state.on_hosts_updated(9, common_elastic.HostUpdateResult.added)
+    with pytest.raises(HostsUpdatedInterrupt) as interrupt:
+        state.check_host_updates()
+    assert interrupt.value.skip_sync is False
+    assert state._last_updated_timestamp == 9
+
+
 def test_rank_zero_reads_the_launchers_hosts_event(monkeypatch):
     with FakeDriver(secret=b"s3cret") as driver:
         monkeypatch.setenv("HOROVOD_ELASTIC", "1")
