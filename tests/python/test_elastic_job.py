@@ -3,8 +3,9 @@
 the two survivors, and they roll back to their last commit, re-initialise, finish with
 identical weights, and the weights hold exactly the committed steps.
 
-Needs the core's HVDC_TCP_RENDEZVOUS_SCOPE (each round rendezvouses in its own scope); the workers are separate processes, so it runs once, on a job of one
-rank (under mpirun -np N every rank would start its own workers: skipped there)."""
+Needs the core's HVDC_TCP_RENDEZVOUS_SCOPE (each round rendezvouses in its own scope). The
+workers are separate processes, so it runs once, in a job of one process (under mpirun -np N
+every rank would start its own workers: skipped there)."""
 
 import json
 import os
