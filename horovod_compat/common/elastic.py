@@ -90,6 +90,10 @@ class State:
         if _in_elastic_job():
             failure = None
             if self._rank() == 0 and elastic_rendezvous.configured(os.environ):
+                # Changes the current round formed with are not news (rank 0 may be a worker
+                # new to the job, which has seen no update at all).
+                previous = max(previous, elastic_rendezvous.round_hosts_event())
+                latest = max(latest, previous)
                 try:
                     timestamp, kind = elastic_rendezvous.hosts_event(os.environ)
                     if timestamp > previous:

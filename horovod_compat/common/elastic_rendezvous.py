@@ -138,10 +138,11 @@ class RendezvousClient:
             raise RuntimeError(f"{self._where()} refused worker {self.identity}'s ready "
                                f"(HTTP {status}): {body.decode(errors='replace').strip()}")
 
-    def wait_assignment(self, last_round: int) -> Assignment:
+    def wait_assignment(self, last_round: int) -> Tuple[Assignment, int]:
         """Polls until the launcher places this worker in a round newer than ``last_round``
-        (at most the elastic timeout). Raises ``WorkerRemovedError`` when it removed the
-        worker instead, ``TimeoutError`` past the timeout."""
+        (at most the elastic timeout); returns the assignment and the hosts_event timestamp
+        the round formed at (0 when the launcher does not say). Raises ``WorkerRemovedError``
+        when it removed the worker instead, ``TimeoutError`` past the timeout."""
         path = self._path("elastic", "assignment", self.identity)
         deadline = time.monotonic() + self.timeout
         unreachable: Optional[OSError] = None
@@ -159,7 +160,7 @@ class RendezvousClient:
                         f"launcher: {reply.get('reason') or 'no reason given'}")
                 assignment = _parse_assignment(reply)
                 if assignment.round > last_round:
-                    return assignment
+                    return assignment, int(reply.get("hosts_event", 0) or 0)
             elif status not in (0, 404):
                 raise RuntimeError(f"{self._where()} answered HTTP {status} to worker "
                                    f"{self.identity}: {body.decode(errors='replace').strip()}")
@@ -194,24 +195,33 @@ def _parse_assignment(reply: Mapping[str, object]) -> Assignment:
 # The round this process last belonged to (-1 before its first init()); kept across
 # shutdown()/init() so every init asks for a newer round.
 _last_round = -1
+# hosts_event's timestamp when that round formed, when the launcher says (an assignment's
+# optional "hosts_event"): host changes up to it are in the round already.
+_round_hosts_event = 0
 
 
 def last_round() -> int:
     return _last_round
 
 
+def round_hosts_event() -> int:
+    """The hosts_event timestamp the current round already accounts for (0 when unknown)."""
+    return _round_hosts_event
+
+
 def join_round(env: MutableMapping[str, str] = os.environ,
                client: Optional[RendezvousClient] = None) -> Assignment:
     """Ready, then the assignment to the next round, written into ``env`` for the core."""
-    global _last_round
+    global _last_round, _round_hosts_event
     client = client or RendezvousClient.from_env(env)
     env.setdefault(IDENTITY_VARIABLE, client.identity)
     client.ready(_last_round)
-    assignment = client.wait_assignment(_last_round)
+    assignment, formed_at = client.wait_assignment(_last_round)
     for key, name in ASSIGNMENT_VARIABLES:
         env[name] = str(getattr(assignment, key))
     env[SCOPE_VARIABLE] = assignment.scope
     _last_round = assignment.round
+    _round_hosts_event = formed_at
     return assignment
 
 

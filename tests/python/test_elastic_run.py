@@ -276,23 +276,43 @@ def test_rank_zero_reads_the_launchers_hosts_event(monkeypatch):
         assert [s[:3] for s in sent] == [(0, 0, 0), (0, 3, 1), (3, 3, 0), (3, 4, 2)]
 
 
+def test_a_new_rank_zero_takes_the_rounds_host_changes_as_seen(monkeypatch):
+    """Rank 0 new to the job (it has seen no update) in a round that formed at hosts_event 5:
+    the change at 5 is in the round already; the one at 6 is news."""
+    with FakeDriver() as driver:
+        monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+        for name, value in driver.worker_env("hostD", 0).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(elastic_rendezvous, "_round_hosts_event", 5)
+        state = common_elastic.ObjectState(lambda obj: obj, lambda: 0, step=0)
+        driver.set_hosts_event(5, int(common_elastic.HostUpdateResult.added))
+        state.check_host_updates()
+        assert state._last_updated_timestamp == 5
+        driver.set_hosts_event(6, int(common_elastic.HostUpdateResult.mixed))
+        with pytest.raises(HostsUpdatedInterrupt) as interrupt:
+            state.check_host_updates()
+        assert interrupt.value.skip_sync is False
+
+
 def test_rendezvous_client_assignment_and_removal(monkeypatch):
     with FakeDriver(secret=b"k") as driver:
         env = dict(driver.worker_env("hostB", 1), HOROVOD_ELASTIC="1",
                    HOROVOD_ELASTIC_TIMEOUT="30")
         monkeypatch.setattr(elastic_rendezvous, "_last_round", -1)
+        monkeypatch.setattr(elastic_rendezvous, "_round_hosts_event", 0)
 
         def assign_later():
             driver.wait_ready("hostB:1", -1)
             driver.assign("hostB:1", {"round": 0, "rank": 1, "size": 2, "local_rank": 1,
                                       "local_size": 2, "cross_rank": 0, "cross_size": 1,
-                                      "scope": "elastic-0"})
+                                      "scope": "elastic-0", "hosts_event": 7})
 
         thread = threading.Thread(target=assign_later)
         thread.start()
         assignment = elastic_rendezvous.join_round(env)
         thread.join()
         assert assignment.round == 0 and elastic_rendezvous.last_round() == 0
+        assert elastic_rendezvous.round_hosts_event() == 7
         assert (env["HOROVOD_RANK"], env["HOROVOD_SIZE"], env["HOROVOD_LOCAL_RANK"],
                 env["HOROVOD_LOCAL_SIZE"], env["HOROVOD_CROSS_RANK"],
                 env["HOROVOD_CROSS_SIZE"]) == ("1", "2", "1", "2", "0", "1")
@@ -311,6 +331,7 @@ def test_rendezvous_client_times_out(monkeypatch):
     with FakeDriver() as driver:
         env = dict(driver.worker_env("hostC", 0), HOROVOD_ELASTIC_TIMEOUT="0.3")
         monkeypatch.setattr(elastic_rendezvous, "_last_round", 4)
+        monkeypatch.setattr(elastic_rendezvous, "_round_hosts_event", 0)
         with pytest.raises(TimeoutError, match="after round 4"):
             elastic_rendezvous.join_round(env)
         assert json.loads(json.dumps(driver.ready_rounds("hostC:0"))) == [4]
