@@ -5,6 +5,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from horovod_compat import _core
+from horovod_compat.common import elastic_rendezvous as _elastic_rendezvous
 from horovod_compat.common import launch_env as _launch_env
 from horovod_compat.common.exceptions import HorovodInternalError
 from horovod_compat.common import process_sets as _ps
@@ -54,6 +55,11 @@ class HorovodBasics:
         if _core.is_initialized():
             _ps._init_process_sets(process_sets)
             return
+        elastic = comm is None and _elastic_rendezvous.configured(os.environ)
+        if elastic:
+            # An elastic worker takes its rank and size from the launcher's current round
+            # (docs/elastic_training.md); the variables it was started with may be stale.
+            _elastic_rendezvous.join_round(os.environ)
         # A TF_CONFIG cluster becomes the identity variables the TCP transport reads.
         _launch_env.prepare(os.environ)
         ranks: List[int] = []
@@ -69,6 +75,12 @@ class HorovodBasics:
         _ps._base_comm = comm if comm_addr else None
         set_ranks, duplicate = _ps._init_time_rank_lists(process_sets)
         if _core.init(ranks, comm_addr, set_ranks) != _core.OK:
+            if elastic:
+                # A peer of the round failed or left while the round connected: the launcher
+                # forms another, which hvd.elastic.run joins after this error.
+                raise HorovodInternalError(
+                    f"Horovod initialization failed in elastic round "
+                    f"{_elastic_rendezvous.last_round()}: {_core.last_error()}")
             raise ValueError(f"Horovod initialization failed: {_core.last_error()}")
         if not self._atexit_registered:
             atexit.register(self.shutdown)

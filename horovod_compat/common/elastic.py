@@ -1,17 +1,22 @@
-"""Elastic training state shared by the frontends (``horovod.common.elastic``).
+"""Elastic training shared by the frontends (``horovod.common.elastic``;
+docs/elastic_training.md).
 
 A ``State`` holds what a training loop must keep across a failure: ``commit()`` snapshots it
 in host memory, ``restore()`` rolls back to the last snapshot, ``sync()`` gives every rank rank
-0's snapshot. These work in any job. Elastic training itself (re-rendezvous when hosts come or
-go) is not implemented yet, so outside an elastic launch no host updates ever arrive and
-``check_host_updates()`` does nothing.
+0's snapshot. ``run_fn`` is the retry loop of ``hvd.elastic.run``: a lost worker
+(``HorovodInternalError``) rolls back to the last commit, and a change of hosts
+(``HostsUpdatedInterrupt``, raised by ``commit()``/``check_host_updates()``) keeps the current
+values; both then re-initialise Horovod in the launcher's next round and synchronise.
+Outside an elastic launch no host updates arrive and ``check_host_updates()`` costs nothing.
 """
 
 import enum
+import functools
 import os
 import queue
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from horovod_compat.common import elastic_rendezvous
 from horovod_compat.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 
@@ -21,11 +26,6 @@ class HostUpdateResult(enum.IntFlag):
     removed = 1
     added = 2
     mixed = removed | added
-
-
-ELASTIC_MISSING = ("elastic training (re-rendezvous when hosts are added or removed: "
-                   "horovodrun --min-np/--max-np/--host-discovery-script) is not supported by "
-                   "horovod_compat yet")
 
 
 def _in_elastic_job() -> bool:
@@ -70,23 +70,47 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self) -> None:
-        """Raises ``HostsUpdatedInterrupt`` when a host update newer than the last one seen
-        arrived (``skip_sync`` True when hosts were only added). In an elastic job the decision
-        is rank 0's, broadcast so that every rank raises together. Outside an elastic job no
-        update is ever sent, and this costs nothing (no collective)."""
+        """Raises ``HostsUpdatedInterrupt`` when hosts changed since the last check
+        (``skip_sync`` True only when hosts were only removed: the survivors' state is
+        already the same everywhere).
+
+        In an elastic job every rank must take the same path, even a worker that joined in the
+        last round and has seen no update yet: rank 0 asks the launcher for its latest host
+        change, adds the updates delivered to it by ``on_hosts_updated``, and broadcasts its
+        previous timestamp, the latest one and what changed; every rank decides on those.
+        Outside an elastic job no update is sent, and this costs nothing (no collective)."""
         previous = self._last_updated_timestamp
         latest, changes = previous, HostUpdateResult.no_update
         while not self._host_messages.empty():
             timestamp, update_res = self._host_messages.get()
+            if timestamp > latest:
+                latest = timestamp
             if timestamp > previous:
-                latest = max(latest, timestamp)
                 changes |= HostUpdateResult(update_res)
         if _in_elastic_job():
-            latest, changes = self._bcast_object((latest, int(changes)))
+            failure = None
+            if self._rank() == 0 and elastic_rendezvous.configured(os.environ):
+                # Changes the current round formed with are not news (rank 0 may be a worker
+                # new to the job, which has seen no update at all).
+                previous = max(previous, elastic_rendezvous.round_hosts_event())
+                latest = max(latest, previous)
+                try:
+                    timestamp, kind = elastic_rendezvous.hosts_event(os.environ)
+                    if timestamp > previous:
+                        latest = max(latest, timestamp)
+                        changes |= HostUpdateResult(kind)
+                except (OSError, RuntimeError, ValueError) as error:
+                    # Every rank raises it together rather than rank 0 alone leaving the others
+                    # waiting in the broadcast.
+                    failure = f"rank 0 could not ask the launcher for host updates: {error}"
+            previous, latest, changes, failure = self._bcast_object(
+                (previous, latest, int(changes), failure))
             changes = HostUpdateResult(changes)
+            if failure:
+                raise RuntimeError(failure)
         self._last_updated_timestamp = latest
         if latest > previous:
-            raise HostsUpdatedInterrupt(changes == HostUpdateResult.added)
+            raise HostsUpdatedInterrupt(changes == HostUpdateResult.removed)
 
     def save(self) -> None:
         """Snapshots the state in host memory."""
@@ -131,12 +155,46 @@ class ObjectState(State):
             setattr(self, name, value)
 
 
-def run_fn(func: Callable[..., Any], reset: Callable[[], Any]) -> Callable[..., Any]:
-    """The elastic retry loop around ``func(state, ...)`` (not available yet: it needs the
-    re-rendezvous of elastic training)."""
-    raise NotImplementedError(ELASTIC_MISSING + "; hvd.elastic.run cannot retry "
-                              f"{getattr(func, '__name__', func)!r}. The state objects "
-                              "(commit/restore/sync) work without it.")
+def run_fn(func: Callable[..., Any], reset: Callable[[], Any],
+           sync_needed_anywhere: Optional[Callable[[bool], bool]] = None) -> Callable[..., Any]:
+    """The elastic retry loop around ``func(state, ...)`` (what ``hvd.elastic.run`` returns).
+
+    Each attempt synchronises the state from rank 0 and calls ``func``. On
+    ``HorovodInternalError`` (a worker was lost) the state rolls back to its last commit; on
+    ``HostsUpdatedInterrupt`` it keeps its values. Then ``reset()`` re-initialises Horovod in
+    the launcher's next round, ``state.on_reset()`` runs the reset callbacks, and the next
+    attempt synchronises -- unless hosts were only removed, when the survivors already agree.
+    ``sync_needed_anywhere(mine)`` (a collective: True when any rank passes True) makes that
+    skip safe: a worker that joined in the new round always needs the sync, and then every rank
+    takes it. Outside an elastic job (``HOROVOD_ELASTIC`` not 1) there is no next round to
+    join, so both exceptions propagate."""
+
+    @functools.wraps(func)
+    def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
+        needs_reset, skip_sync = False, False
+        while True:
+            try:
+                if needs_reset:
+                    reset()
+                    state.on_reset()
+                    needs_reset = False
+                if _in_elastic_job() and sync_needed_anywhere is not None:
+                    skip_sync = not sync_needed_anywhere(not skip_sync)
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HorovodInternalError:
+                if not _in_elastic_job():
+                    raise
+                state.restore()
+                skip_sync = False
+            except HostsUpdatedInterrupt as interrupt:
+                if not _in_elastic_job():
+                    raise
+                skip_sync = interrupt.skip_sync
+            needs_reset = True
+
+    return wrapper
 
 
 __all__ = ["State", "ObjectState", "HostUpdateResult", "run_fn", "HorovodInternalError",

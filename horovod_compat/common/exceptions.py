@@ -8,7 +8,8 @@ class HorovodInternalError(RuntimeError):
 class HostsUpdatedInterrupt(RuntimeError):
     """The set of hosts changed during elastic training.
 
-    ``skip_sync`` is True when hosts were only added, so state need not be re-synchronised.
+    ``skip_sync`` is True when hosts were only removed: the survivors hold the same state, so
+    it need not be re-synchronised.
     """
 
     def __init__(self, skip_sync: bool) -> None:

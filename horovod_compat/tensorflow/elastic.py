@@ -1,33 +1,66 @@
-"""Elastic state for TensorFlow (``horovod.tensorflow.elastic``; docs/compat.md).
+"""Elastic training for TensorFlow (``horovod.tensorflow.elastic``; docs/elastic_training.md).
 
 ``TensorFlowState`` and ``TensorFlowKerasState`` keep variables (and any extra keyword values)
 across failures: ``commit()`` copies them to host memory, ``restore()`` assigns the copy back,
-``sync()`` broadcasts rank 0's values to every rank. They work in any job. ``run``, the elastic
-retry loop, needs elastic training (re-rendezvous), which is not implemented yet: it raises
-``NotImplementedError`` saying so.
+``sync()`` broadcasts rank 0's values to every rank. ``run`` wraps a training function in the
+elastic retry loop (``horovod_compat.common.elastic.run_fn``).
 """
 
+import functools
 from typing import Any, Callable, List, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from horovod_compat.common.elastic import ELASTIC_MISSING, ObjectState, State  # noqa: F401
+from horovod_compat.common.elastic import ObjectState, State, run_fn  # noqa: F401
+from horovod_compat.tensorflow import mpi_ops
 from horovod_compat.tensorflow.functions import (broadcast_object, broadcast_object_fn,
                                                  broadcast_variables)
 from horovod_compat.tensorflow.mpi_ops import rank
+from horovod_compat.tensorflow.peer_lost import to_internal_error
 from horovod_compat.tensorflow.util import _executing_eagerly
 
 
 def run(func: Callable) -> Callable:
-    """Elastic training decorator: ``func(state, ...)`` re-run after a reset. Not available
-    yet (it needs re-rendezvous when hosts change); raises ``NotImplementedError``. The state
-    classes of this module work without it: call ``state.sync()`` once, ``state.commit()``
-    every few batches and ``state.restore()`` to roll back."""
-    raise NotImplementedError(
-        f"hvd.elastic.run: {ELASTIC_MISSING}. Launch a fixed number of processes (mpirun, or "
-        "horovodrun -np N) and call the function directly; TensorFlowState/"
-        "TensorFlowKerasState/ObjectState commit(), restore() and sync() work without it.")
+    """Elastic training decorator: ``func(state, ...)`` is retried after a reset.
+
+    A lost worker (``HorovodInternalError``; in TensorFlow a lost peer's ``UnknownError`` is
+    one) rolls ``state`` back to its last commit; a host change (``HostsUpdatedInterrupt``
+    from ``state.commit()``) keeps it. Either way Horovod is shut down and initialised again in
+    the launcher's next round (new rank and size), the reset callbacks run and rank 0's state
+    is broadcast. Any other error, a ``tf.errors.UnknownError`` that is not a lost peer
+    included, propagates unchanged."""
+
+    @functools.wraps(func)
+    def lost_peer_as_internal_error(state: State, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.UnknownError as error:
+            # Graph-mode sessions raise a lost peer as a plain UnknownError with the payload.
+            converted = to_internal_error(error)
+            if converted is error:
+                raise
+            raise converted from None
+
+    return run_fn(lost_peer_as_internal_error, _reset, _sync_needed_anywhere)
+
+
+def _reset() -> None:
+    mpi_ops.shutdown()
+    mpi_ops.init()
+
+
+def _sync_needed_anywhere(mine: bool) -> bool:
+    """True on every rank when any rank passes True (a Max allreduce of one integer)."""
+    name = "elastic.sync_needed"
+    if _executing_eagerly():
+        flag = tf.constant([1 if mine else 0], dtype=tf.int32)
+        return bool(mpi_ops._allreduce(flag, name=name, op=mpi_ops.Max).numpy()[0])
+    with tf.Graph().as_default():  # TF1 style (eager disabled): a graph of its own
+        flag = tf.constant([1 if mine else 0], dtype=tf.int32)
+        total = mpi_ops._allreduce(flag, name=name, op=mpi_ops.Max)
+        with tf.compat.v1.Session() as session:
+            return bool(session.run(total)[0])
 
 
 def _copy_to_host(var: Any) -> np.ndarray:

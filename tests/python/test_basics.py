@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import horovod_compat
 import horovod_compat.tensorflow as hvd
+from horovod_compat.common.exceptions import HorovodInternalError
 
 
 def _launcher_size() -> int:
@@ -113,10 +114,25 @@ def test_adasum_not_implemented():
                                  op=hvd.Adasum)
 
 
-def test_elastic_run_not_implemented():
-    # The state objects work (test_elastic_state.py); the elastic driver does not exist yet.
-    with pytest.raises(NotImplementedError):
-        hvd.elastic.run(lambda state: None)
+def test_elastic_run_outside_an_elastic_job():
+    # One sync and one call; a lost peer is not retried without an elastic launcher
+    # (test_elastic_run.py and test_elastic_job.py test the elastic job).
+    state = hvd.elastic.ObjectState(hvd.broadcast_object, hvd.rank, value=hvd.rank())
+    calls = []
+
+    @hvd.elastic.run
+    def train(state, extra):
+        calls.append((state.value, extra))
+        return "done"
+
+    assert train(state, extra=3) == "done" and calls == [(0, 3)]
+
+    @hvd.elastic.run
+    def fails(state):
+        raise HorovodInternalError("lost")
+
+    with pytest.raises(HorovodInternalError):
+        fails(state)
 
 
 def test_broadcast_global_variables_eager_raises():

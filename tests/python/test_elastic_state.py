@@ -76,7 +76,7 @@ def test_reset_callbacks_and_host_updates():
     state.on_hosts_updated(5.0, common_elastic.HostUpdateResult.added)
     with pytest.raises(HostsUpdatedInterrupt) as added:
         state.check_host_updates()
-    assert added.value.skip_sync is True
+    assert added.value.skip_sync is False  # new workers need the state
     state.check_host_updates()  # already seen
     state.on_hosts_updated(4.0, common_elastic.HostUpdateResult.removed)  # older: ignored
     state.check_host_updates()
@@ -85,6 +85,10 @@ def test_reset_callbacks_and_host_updates():
     with pytest.raises(HostsUpdatedInterrupt) as mixed:
         state.commit()
     assert mixed.value.skip_sync is False
+    state.on_hosts_updated(7.5, common_elastic.HostUpdateResult.removed)
+    with pytest.raises(HostsUpdatedInterrupt) as removed:
+        state.check_host_updates()
+    assert removed.value.skip_sync is True  # only removed: the survivors agree already
     state.on_hosts_updated(8.0, common_elastic.HostUpdateResult.added)
     state.on_reset()  # a reset forgets pending updates
     state.check_host_updates()
@@ -228,16 +232,27 @@ def test_keras_elastic_callbacks_in_fit(batches_per_commit):
         def on_train_batch_end(self, batch, logs=None):
             batches_seen.append(state.batch)
 
+    # Commits fall due every batches_per_commit batches (counted across epochs) and at each
+    # epoch's end; one due at an epoch's last batch is replaced by the epoch's.
+    expected_commits, counted = 0, 0
+    for _ in range(epochs):
+        for step in range(steps):
+            counted += 1
+            if counted % batches_per_commit == 0 and step != steps - 1:
+                expected_commits += 1
+        expected_commits += 1
+
     x = _rows(hvd.rank(), (steps * 2, 3)) / 10.0
     y = np.zeros((steps * 2, 2), np.float32)
     model.fit(x, y, batch_size=2, epochs=epochs, verbose=0, shuffle=False,
               callbacks=[hvdk.elastic.CommitStateCallback(state, batches_per_commit),
                          hvdk.elastic.UpdateBatchStateCallback(state),
                          hvdk.elastic.UpdateEpochStateCallback(state), Spy()])
-    assert state.commits == (steps * epochs) // batches_per_commit + epochs
+    assert state.commits == expected_commits
     assert state.epoch == first_epoch + epochs
     assert state.batch == 0
-    assert batches_seen == list(range(steps)) * epochs
+    # state.batch counts the batches finished in the epoch.
+    assert batches_seen == list(range(1, steps + 1)) * epochs
     # Resuming with fit(initial_epoch=state.epoch) keeps counting finished epochs.
     model.fit(x, y, batch_size=2, epochs=state.epoch + 1, initial_epoch=state.epoch, verbose=0,
               callbacks=[hvdk.elastic.UpdateEpochStateCallback(state)])
@@ -256,11 +271,31 @@ def test_update_batch_state_shortens_resumed_epoch_steps():
     assert callback.params["steps"] == 10
 
 
-def test_run_explains_what_is_missing():
-    with pytest.raises(NotImplementedError, match="elastic training"):
-        hvd.elastic.run(lambda state: None)
-    with pytest.raises(NotImplementedError, match="elastic training"):
-        hvdk.elastic.run(lambda state: None)
+def test_keras_elastic_callbacks_resume_inside_an_epoch():
+    """A job reset after 3 of 5 batches of epoch 1 resumes with fit asked for the 2 left:
+    state.batch counts on from 3, the epoch ends at 5 finished, and every commit (taken after
+    all callbacks saw the batch, whatever their order) holds the position of the weights."""
+    steps = 5
+    model = _dense_model(hvd.rank())
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    snapshots = []
+
+    class Recording(common_elastic.ObjectState):
+        def save(self):
+            snapshots.append((self.epoch, self.batch))
+            super().save()
+
+    state = Recording(hvd.broadcast_object, hvd.rank, epoch=1, batch=3)
+    x = _rows(hvd.rank(), (steps * 2, 3)) / 10.0
+    y = np.zeros((steps * 2, 2), np.float32)
+    # Commit listed first, as in Horovod's examples: the commits still see the updates.
+    callbacks = [hvdk.elastic.CommitStateCallback(state, batches_per_commit=1),
+                 hvdk.elastic.UpdateBatchStateCallback(state),
+                 hvdk.elastic.UpdateEpochStateCallback(state)]
+    model.fit(x[6:], y[6:], batch_size=2, epochs=state.epoch + 1, initial_epoch=state.epoch,
+              verbose=0, shuffle=False, callbacks=callbacks)
+    assert snapshots == [(1, 4), (2, 0)]
+    assert (state.epoch, state.batch) == (2, 0)
 
 
 def test_elastic_modules_through_the_alias():

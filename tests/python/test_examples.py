@@ -58,6 +58,13 @@ def test_keras_fashion_mnist(tmp_path):
     assert (tmp_path / "fashion.weights.h5").exists()      # written by rank 0's ModelCheckpoint
 
 
+def test_keras_elastic_in_a_fixed_job(tmp_path):
+    # hvd.elastic.run outside an elastic launch: one sync, one call (the elastic job itself is
+    # tests/python/test_elastic_job.py and the launcher's tests).
+    out = _run_example(tmp_path, "keras_elastic.py", "--short")
+    assert _number(r"Test accuracy: ([\d.]+)", out) > 0.6, out[-8000:]
+
+
 def test_tf2_gradient_tape(tmp_path):
     out = _run_example(tmp_path, "tf2_gradient_tape.py", "--short")
     losses = _losses(out)
