@@ -195,6 +195,12 @@ Status WaitWithBackoff(MPI_Request* request) {
   }
 }
 
+// An Allreduce of at most this many bytes is one MPI_Iallreduce completed under the backoff: within
+// Open MPI's eager limit over shared memory (btl_vader_eager_limit, 4 KiB), a message needs no
+// further progress from its sender once posted. A larger one would, in every test the sleeping
+// peer skips, so it goes through AllArrived() and the blocking call.
+constexpr uint64_t kNonblockingMaxBytes = 4096;
+
 class MpiHostComm : public HostComm {
  public:
   MpiHostComm(MPI_Comm comm, int rank, int size, int64_t max_per_call)
@@ -224,6 +230,16 @@ class MpiHostComm : public HostComm {
     HVDC_RETURN_IF_ERROR(ResolveReduction(dtype, op, &type, &mpi_op));
     const bool in_place = send == recv;
     const size_t elem = DataTypeSize(dtype);
+    if (size_ > 1 && count > 0 && count <= max_per_call_ &&
+        static_cast<uint64_t>(count) * elem <= kNonblockingMaxBytes) {
+      // Small: one nonblocking call under the backoff, without the barrier. Each rank's data goes
+      // out eagerly when it posts, so whichever rank comes last finds the others' data there and
+      // completes at once instead of polling until they next look.
+      MPI_Request request = MPI_REQUEST_NULL;
+      HVDC_MPI_CALL(MPI_Iallreduce, (in_place ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                     type, mpi_op, comm_, &request));
+      return WaitWithBackoff(&request);
+    }
     if (count > 0) HVDC_RETURN_IF_ERROR(AllArrived());
     for (int64_t done = 0; done < count;) {
       const int n = static_cast<int>(std::min(count - done, max_per_call_));
