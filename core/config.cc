@@ -398,6 +398,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
     if (env.Present(name)) c.under_launcher = true;
   }
+  c.mpi_yield_when_idle_set = env.Present("OMPI_MCA_mpi_yield_when_idle");
 
   if (c.stall_shutdown_time_s > 0 && c.stall_shutdown_time_s < c.stall_check_time_s) {
     warn.push_back(fmt::format(
@@ -481,6 +482,7 @@ std::string Config::Describe() const {
   line("HVDC_CHUNK_BYTES", chunk_bytes);
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));
+  line("mpi_yield_when_idle_set (OMPI_MCA_mpi_yield_when_idle)", b(mpi_yield_when_idle_set));
   return s;
 }
 

@@ -113,6 +113,11 @@ struct Config {
   // PMI_SIZE, PMIX_RANK or PMI_RANK, even if empty). The runtime then initializes MPI; otherwise it
   // runs as rank 0 of 1 over an in-process channel without calling MPI_Init.
   bool under_launcher = false;
+  // Not a setting: true when OMPI_MCA_mpi_yield_when_idle is present (mpirun --mca
+  // mpi_yield_when_idle N passes it so; even if empty). When it is not, the runtime's own
+  // MPI_Init sets it to 1, so that Open MPI's blocking calls yield the core while they wait
+  // (docs/waiting.md); the user's value, when given, is left alone.
+  bool mpi_yield_when_idle_set = false;
 
   // Reads the variables through `getenv` (tests inject their own). Warnings for accepted but
   // ignored settings are appended to *warnings. On error *out and *warnings are left untouched and

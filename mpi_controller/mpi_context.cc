@@ -32,7 +32,7 @@ void FinalizeAtExit() {
 }
 
 // Initializes MPI unless it already is; *owns says whether it is ours to finalize.
-Status AcquireMpi(bool serialized_only, bool* owns) {
+Status AcquireMpi(const MpiContextOptions& options, bool* owns) {
   std::lock_guard<std::mutex> lock(g_init_mu);
   *owns = false;
   if (MpiFinalized()) {
@@ -43,7 +43,9 @@ Status AcquireMpi(bool serialized_only, bool* owns) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    const int required = serialized_only ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
+    // Read by Open MPI's MCA parameters inside MPI_Init; no overwrite of a value already there.
+    if (options.yield_when_idle) setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+    const int required = options.serialized_only ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
     int provided = MPI_THREAD_SINGLE;
     HVDC_RETURN_IF_ERROR(
         MpiStatus(MPI_Init_thread(nullptr, nullptr, required, &provided), "MPI_Init_thread"));
@@ -135,7 +137,7 @@ Status MpiContext::Create(const MpiContextOptions& options, std::unique_ptr<MpiC
           "finalized)");
     }
   } else {
-    HVDC_RETURN_IF_ERROR(AcquireMpi(options.serialized_only, &context->owns_mpi_));
+    HVDC_RETURN_IF_ERROR(AcquireMpi(options, &context->owns_mpi_));
   }
   MPI_Query_thread(&context->thread_level_);
   HVDC_RETURN_IF_ERROR(context->InitWorld(options));

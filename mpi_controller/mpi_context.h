@@ -62,6 +62,10 @@ Status DupWithErrorsReturn(MPI_Comm comm, UniqueComm* out);
 struct MpiContextOptions {
   // Request MPI_THREAD_SERIALIZED instead of MPI_THREAD_MULTIPLE (managed mode only).
   bool serialized_only = false;
+  // Managed mode, when this process initializes MPI: set OMPI_MCA_mpi_yield_when_idle=1 first, so
+  // that Open MPI's blocking calls yield the core while they wait (docs/waiting.md). The transport
+  // asks for it unless the user set the variable (Config::mpi_yield_when_idle_set).
+  bool yield_when_idle = false;
   // Rank-subset mode: the MPI_COMM_WORLD ranks of the world (distinct). Empty: all of them.
   std::vector<int> ranks;
   // Borrowed mode: the user's communicator (not freed by us). Excludes `ranks`.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backoff.h"
 #include "ops/cpu/kernels.h"
 
 namespace hvdc {
@@ -182,6 +183,24 @@ Status ToIntCounts(const char* what, const std::vector<int64_t>& counts,
   return Status::OK();
 }
 
+// Completes *request, with backoff (core/backoff.h) between tests: spin briefly, then yield, then
+// sleep -- and keep calling MPI_Test, which is what progresses the request.
+Status WaitWithBackoff(MPI_Request* request) {
+  Backoff backoff;
+  for (;;) {
+    int flag = 0;
+    HVDC_MPI_CALL(MPI_Test, (request, &flag, MPI_STATUS_IGNORE));
+    if (flag) return Status::OK();
+    backoff.Pause();
+  }
+}
+
+// An Allreduce of at most this many bytes is one MPI_Iallreduce completed under the backoff: within
+// Open MPI's eager limit over shared memory (btl_vader_eager_limit, 4 KiB), a message needs no
+// further progress from its sender once posted. A larger one would, in every test the sleeping
+// peer skips, so it goes through AllArrived() and the blocking call.
+constexpr uint64_t kNonblockingMaxBytes = 4096;
+
 class MpiHostComm : public HostComm {
  public:
   MpiHostComm(MPI_Comm comm, int rank, int size, int64_t max_per_call)
@@ -211,6 +230,17 @@ class MpiHostComm : public HostComm {
     HVDC_RETURN_IF_ERROR(ResolveReduction(dtype, op, &type, &mpi_op));
     const bool in_place = send == recv;
     const size_t elem = DataTypeSize(dtype);
+    if (size_ > 1 && count > 0 && count <= max_per_call_ &&
+        static_cast<uint64_t>(count) * elem <= kNonblockingMaxBytes) {
+      // Small: one nonblocking call under the backoff, without the barrier. Each rank's data goes
+      // out eagerly when it posts, so whichever rank comes last finds the others' data there and
+      // completes at once instead of polling until they next look.
+      MPI_Request request = MPI_REQUEST_NULL;
+      HVDC_MPI_CALL(MPI_Iallreduce, (in_place ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                     type, mpi_op, comm_, &request));
+      return WaitWithBackoff(&request);
+    }
+    if (count > 0) HVDC_RETURN_IF_ERROR(AllArrived());
     for (int64_t done = 0; done < count;) {
       const int n = static_cast<int>(std::min(count - done, max_per_call_));
       const size_t offset = static_cast<size_t>(done) * elem;
@@ -227,12 +257,14 @@ class MpiHostComm : public HostComm {
     HVDC_RETURN_IF_ERROR(ToIntCounts("Allgatherv recv_bytes", recv_bytes, &counts, &displs));
     // Our own block already in place: MPI forbids overlapping send and receive buffers otherwise.
     const bool in_place = send == static_cast<const char*>(recv) + displs[rank_];
+    HVDC_RETURN_IF_ERROR(AllArrived());
     HVDC_MPI_CALL(MPI_Allgatherv, (in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_BYTE, recv,
                                    counts.data(), displs.data(), MPI_BYTE, comm_));
     return Status::OK();
   }
 
   Status DoBroadcast(void* buf, int64_t bytes, int root) override {
+    if (bytes > 0) HVDC_RETURN_IF_ERROR(AllArrived());
     for (int64_t done = 0; done < bytes;) {
       const int n = static_cast<int>(std::min(bytes - done, max_per_call_));
       HVDC_MPI_CALL(MPI_Bcast, (static_cast<char*>(buf) + done, n, MPI_BYTE, root, comm_));
@@ -246,6 +278,7 @@ class MpiHostComm : public HostComm {
     std::vector<int> scounts, sdispls, rcounts, rdispls;
     HVDC_RETURN_IF_ERROR(ToIntCounts("Alltoallv send_bytes", send_bytes, &scounts, &sdispls));
     HVDC_RETURN_IF_ERROR(ToIntCounts("Alltoallv recv_bytes", recv_bytes, &rcounts, &rdispls));
+    HVDC_RETURN_IF_ERROR(AllArrived());
     HVDC_MPI_CALL(MPI_Alltoallv, (send, scounts.data(), sdispls.data(), MPI_BYTE, recv,
                                   rcounts.data(), rdispls.data(), MPI_BYTE, comm_));
     return Status::OK();
@@ -266,14 +299,25 @@ class MpiHostComm : public HostComm {
     MPI_Op mpi_op;
     HVDC_RETURN_IF_ERROR(ResolveReduction(dtype, op, &type, &mpi_op));
     if (total == 0) return Status::OK();  // the same on every rank: nothing to exchange
+    HVDC_RETURN_IF_ERROR(AllArrived());
     HVDC_MPI_CALL(MPI_Reduce_scatter,
                   (send == recv ? MPI_IN_PLACE : send, recv, counts.data(), type, mpi_op, comm_));
     return Status::OK();
   }
 
-  Status DoBarrier() override {
-    HVDC_MPI_CALL(MPI_Barrier, (comm_));
-    return Status::OK();
+  Status DoBarrier() override { return AllArrived(); }
+
+  // Returns once every rank of the communicator has reached this call, having waited without
+  // holding the core (WaitWithBackoff). Every collective above passes here first: a blocking MPI
+  // call polls for as long as its peers are still computing, on the core the model's threads
+  // need; once all are here, the blocking call runs at full speed. (A nonblocking collective
+  // completed by tests with sleeps between them would not: Open MPI moves a large message on only
+  // inside MPI calls.)
+  Status AllArrived() {
+    if (size_ == 1) return Status::OK();
+    MPI_Request request = MPI_REQUEST_NULL;
+    HVDC_MPI_CALL(MPI_Ibarrier, (comm_, &request));
+    return WaitWithBackoff(&request);
   }
 
   const MPI_Comm comm_;

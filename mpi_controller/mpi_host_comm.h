@@ -11,7 +11,8 @@
 // commutative MPI ops over the cpu kernels; bool reduces as MPI_C_BOOL with MPI_LOR (Sum, Max) or
 // MPI_LAND (Min, Product). Element counts beyond INT_MAX are sent in several calls for Allreduce
 // and Broadcast; the per-rank counts and displacements of Allgatherv, Alltoallv and ReduceScatter
-// must fit in an int.
+// must fit in an int. Waiting for peers, a call does not hold the core: it polls with backoff
+// (core/backoff.h) until every rank is there, then runs (docs/waiting.md).
 #pragma once
 
 // Only the C API: Open MPI's deprecated C++ bindings do not compile warning-free.

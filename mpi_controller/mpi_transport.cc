@@ -142,6 +142,7 @@ Status MakeMpiTransport(const Config& config, const MpiTransportOptions& opts,
                         std::unique_ptr<Transport>* out) {
   mpi::MpiContextOptions options;
   options.serialized_only = config.mpi_threads_disable;
+  options.yield_when_idle = !config.mpi_yield_when_idle_set;
   options.ranks = opts.ranks;
   options.borrowed_comm = static_cast<const MPI_Comm*>(opts.borrowed_comm);
   std::unique_ptr<mpi::MpiContext> context;

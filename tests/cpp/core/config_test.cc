@@ -344,6 +344,15 @@ TEST(ConfigTest, UnderLauncher) {
   }
 }
 
+TEST(ConfigTest, MpiYieldWhenIdleSet) {
+  EXPECT_FALSE(ParseOk({}).mpi_yield_when_idle_set);
+  EXPECT_FALSE(ParseOk({{"OMPI_MCA_mpi_yield_when_idle_x", "1"}}).mpi_yield_when_idle_set);
+  for (const char* value : {"0", "1", ""}) {
+    EXPECT_TRUE(ParseOk({{"OMPI_MCA_mpi_yield_when_idle", value}}).mpi_yield_when_idle_set)
+        << "'" << value << "'";
+  }
+}
+
 TEST(ConfigTest, AnErrorLeavesTheOutputsUntouched) {
   Config c;
   c.fusion_threshold_bytes = 17;
@@ -426,7 +435,8 @@ TEST(ConfigTest, DescribeListsEveryVariable) {
                           "HOROVOD_GLOO_TIMEOUT_SECONDS",
                           "HVDC_CHUNK_BYTES",
                           "HVDC_ZERO_COPY_BYTES",
-                          "under_launcher"}) {
+                          "under_launcher",
+                          "mpi_yield_when_idle_set"}) {
     // Each variable starts a line.
     EXPECT_NE(("\n" + d).find(std::string("\n") + var), std::string::npos) << var;
   }
