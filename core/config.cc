@@ -263,6 +263,27 @@ class EnvReader {
     return false;
   }
 
+  // One URL path segment: 1..128 of [A-Za-z0-9._-] (what a rendezvous scope may be).
+  bool PathSegment(const char* name, std::string* out) {
+    constexpr size_t kMaxLength = 128;
+    std::optional<std::string> raw = Raw(name);
+    if (!raw) return false;
+    std::string_view v = Trim(*raw);
+    bool valid = v.size() <= kMaxLength && v != "." && v != "..";
+    for (char c : v) {
+      bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+      if (!alnum && c != '.' && c != '_' && c != '-') valid = false;
+    }
+    if (!valid) {
+      return Fail(
+          fmt::format("{}={} is not a valid scope (1 to {} letters, digits, '.', '_' or "
+                      "'-')",
+                      name, Quote(*raw), kMaxLength));
+    }
+    *out = std::string(v);
+    return true;
+  }
+
   bool IntList(const char* name, std::vector<int>* out) {
     std::optional<std::string> raw = Raw(name);
     if (!raw) return false;
@@ -362,6 +383,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.String("HOROVOD_SECRET_KEY", &c.secret_key);
   env.String("HVDC_TCP_BIND_ADDRESS", &c.tcp_bind_address);
   env.String("HVDC_TCP_ADDRESS_ORIGIN", &c.tcp_address_origin);
+  env.PathSegment("HVDC_TCP_RENDEZVOUS_SCOPE", &c.tcp_rendezvous_scope);
   env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
   for (const NoEffectEntry& e : NoEffectEntries()) {
@@ -455,6 +477,7 @@ std::string Config::Describe() const {
   line("HOROVOD_SECRET_KEY", secret_key.empty() ? "(not set)" : "(set)");
   line("HVDC_TCP_BIND_ADDRESS", tcp_bind_address);
   line("HVDC_TCP_ADDRESS_ORIGIN", tcp_address_origin);
+  line("HVDC_TCP_RENDEZVOUS_SCOPE", tcp_rendezvous_scope);
   line("HVDC_CHUNK_BYTES", chunk_bytes);
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));

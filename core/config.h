@@ -95,6 +95,11 @@ struct Config {
   // variables the user never saw: "TF_CONFIG" (the shim's translation of a TF_CONFIG cluster),
   // "horovodrun --gloo" (our launcher); empty = the variables were set by hand.
   std::string tcp_address_origin;
+  // HVDC_TCP_RENDEZVOUS_SCOPE: the rendezvous service's store scope under which the TCP
+  // transport's ranks publish their listening addresses (/<scope>/rank_<r>). An elastic worker
+  // gets a fresh one per round ("elastic-<round>") so a new world never reads an old world's
+  // addresses. 1..128 characters from [A-Za-z0-9._-] (one URL path segment).
+  std::string tcp_rendezvous_scope = "global";
 
   // Ours (no Horovod equivalent):
   // HVDC_CHUNK_BYTES: long CPU reductions are issued in chunks of this many bytes (cache-sized).

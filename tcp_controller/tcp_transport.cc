@@ -138,8 +138,9 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
   options.end_on_loss = true;
   std::unique_ptr<rendezvous::HttpStore> store;
   if (id.peers.empty()) {
-    Status reached = rendezvous::HttpStore::Create(id.rendezvous_host, id.rendezvous_port, "global",
-                                                   options.timeout, &store);
+    Status reached =
+        rendezvous::HttpStore::Create(id.rendezvous_host, id.rendezvous_port,
+                                      config.tcp_rendezvous_scope, options.timeout, &store);
     if (!reached.ok() && !config.tcp_address_origin.empty()) {
       // The message names the variables; say who set them (the user may never have).
       return Status::FromCode(reached.code(), fmt::format("{} (set by {})", reached.message(),

@@ -8,7 +8,8 @@
 //     when set, must equal the number of entries.
 //  2. HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT with HOROVOD_RANK and HOROVOD_SIZE: rank r listens on an
 //     ephemeral port (HOROVOD_GLOO_IFACE's address, else the address it reaches the service from),
-//     publishes it as /global/rank_<r> and reads every other rank's.
+//     publishes it as /<scope>/rank_<r> (HVDC_TCP_RENDEZVOUS_SCOPE, default "global") and reads
+//     every other rank's.
 // Every wait is bounded by HOROVOD_GLOO_TIMEOUT_SECONDS. Local and cross rank/size come from
 // HOROVOD_LOCAL_RANK/_SIZE and HOROVOD_CROSS_RANK/_SIZE when set, else from which ranks share a
 // host. Channel ids: 0 is the transport's own (CheckAgreement, CreateProcessSet); the k-th process

@@ -374,6 +374,30 @@ TEST(ConfigTest, NullWarningsIsAllowed) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+TEST(ConfigTest, TcpRendezvousScope) {
+  EXPECT_EQ(ParseOk({}).tcp_rendezvous_scope, "global");
+  EXPECT_EQ(ParseOk({{"HVDC_TCP_RENDEZVOUS_SCOPE", " "}}).tcp_rendezvous_scope, "global");
+  EXPECT_EQ(ParseOk({{"HVDC_TCP_RENDEZVOUS_SCOPE", "elastic-12"}}).tcp_rendezvous_scope,
+            "elastic-12");
+  EXPECT_EQ(ParseOk({{"HVDC_TCP_RENDEZVOUS_SCOPE", " Job_3.a "}}).tcp_rendezvous_scope, "Job_3.a");
+  EXPECT_EQ(ParseOk({{"HVDC_TCP_RENDEZVOUS_SCOPE", std::string(128, 'x')}}).tcp_rendezvous_scope,
+            std::string(128, 'x'));
+  // Anything that is not one plain URL path segment.
+  for (std::string bad : {"a/b", "a b", "round?1", "%41", "..", ".", "r\u00e9", "a#b"}) {
+    std::string msg = ParseFails("HVDC_TCP_RENDEZVOUS_SCOPE", bad);
+    EXPECT_NE(msg.find("is not a valid scope (1 to 128 letters, digits, '.', '_' or '-')"),
+              std::string::npos)
+        << msg;
+  }
+  Config c;
+  EXPECT_EQ(Parse({{"HVDC_TCP_RENDEZVOUS_SCOPE", std::string(129, 'x')}}, &c).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_NE(ParseOk({{"HVDC_TCP_RENDEZVOUS_SCOPE", "r1"}})
+                .Describe()
+                .find("HVDC_TCP_RENDEZVOUS_SCOPE=r1\n"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, DescribeListsEveryVariable) {
   Config c = ParseOk({{"HOROVOD_THREAD_AFFINITY", "1,2"}, {"HOROVOD_LOG_LEVEL", "info"}});
   std::string d = c.Describe();

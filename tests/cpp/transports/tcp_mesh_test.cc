@@ -2,6 +2,7 @@
 // messages per (peer, channel), concurrent channels, and the per-peer errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "rendezvous/http_store.h"
+#include "tcp_controller/tcp_transport.h"
 #include "tests/cpp/util/tcp_test_util.h"
 
 namespace hvdc {
@@ -414,10 +416,16 @@ class TinyKvServer {
     thread_.join();
   }
   int port() const { return acceptor_.local_endpoint().port(); }
+  // The paths ("/<scope>/<key>") PUT so far.
+  std::vector<std::string> Paths() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    for (const auto& [path, value] : kv_) out.push_back(path);
+    return out;
+  }
 
  private:
   void Serve() {
-    std::map<std::string, std::string> kv;
     while (!stop_) {
       boost::asio::ip::tcp::socket s(io_);
       boost::system::error_code ec;
@@ -444,12 +452,13 @@ class TinyKvServer {
       const size_t p0 = req.find(' ') + 1;
       const std::string path = req.substr(p0, req.find(' ', p0) - p0);
       std::string reply;
+      std::lock_guard<std::mutex> lock(mu_);
       if (method == "PUT") {
-        kv[path] = req.substr(head_end + 4, len);
+        kv_[path] = req.substr(head_end + 4, len);
         reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
-      } else if (kv.count(path)) {
-        reply = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kv[path].size()) +
-                "\r\n\r\n" + kv[path];
+      } else if (kv_.count(path)) {
+        reply = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kv_[path].size()) +
+                "\r\n\r\n" + kv_[path];
       } else {
         reply = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
       }
@@ -460,6 +469,8 @@ class TinyKvServer {
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<std::string, std::string> kv_;
   std::thread thread_;
 };
 
@@ -477,6 +488,46 @@ TEST(TcpMesh, HttpStoreRendezvous) {
     ASSERT_TRUE(s.ok()) << s.ToString();
   });
   ExchangeAll(meshes);
+}
+
+// The transport publishes under HVDC_TCP_RENDEZVOUS_SCOPE ("global" by default). Two worlds one
+// after the other on one service, each under its own scope (as an elastic job's rounds are): the
+// second never reads the first one's (stale) addresses.
+TEST(TcpMesh, TransportRendezvousUsesTheConfiguredScope) {
+  TinyKvServer server;
+  const int n = 2;
+  for (const char* scope : {"", "elastic-1", "elastic-2"}) {
+    RunRanks(n, [&](int r) {
+      std::vector<std::string> warnings;
+      Config config;
+      Status s = Config::FromEnv(
+          [&](const char* name) -> std::optional<std::string> {
+            const std::string var = name;
+            if (var == "HOROVOD_RANK") return std::to_string(r);
+            if (var == "HOROVOD_SIZE") return std::to_string(n);
+            if (var == "HOROVOD_GLOO_RENDEZVOUS_ADDR") return "127.0.0.1";
+            if (var == "HOROVOD_GLOO_RENDEZVOUS_PORT") return std::to_string(server.port());
+            if (var == "HOROVOD_GLOO_TIMEOUT_SECONDS") return "30";
+            if (var == "HVDC_TCP_RENDEZVOUS_SCOPE") return scope;
+            return std::nullopt;
+          },
+          &config, &warnings);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      std::unique_ptr<Transport> transport;
+      s = MakeTcpTransport(config, &transport);
+      ASSERT_TRUE(s.ok()) << scope << ": " << s.ToString();
+      EXPECT_EQ(transport->topology().rank, r);
+      EXPECT_EQ(transport->topology().size, n);
+      transport->Finalize();
+    });
+  }
+  std::vector<std::string> paths = server.Paths();
+  for (const char* scope : {"global", "elastic-1", "elastic-2"}) {
+    for (int r = 0; r < n; ++r) {
+      const std::string path = std::string("/") + scope + "/rank_" + std::to_string(r);
+      EXPECT_EQ(std::count(paths.begin(), paths.end(), path), 1) << path;
+    }
+  }
 }
 
 TEST(TcpMesh, UnreachableRendezvousService) {
