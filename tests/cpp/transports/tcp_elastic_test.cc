@@ -3,7 +3,9 @@
 // each time (init -> the other rank leaves -> shutdown -> init), as hvd.elastic.run does. This
 // binary plays the elastic driver: an HTTP rendezvous service in-process, and a fresh "peer"
 // process per round; each round has its own HVDC_TCP_RENDEZVOUS_SCOPE, and the survivor sets its
-// rank (alternating 0 and 1) and the scope in its environment before every init.
+// rank (alternating 0 and 1) and the scope in its environment before every init. The rendezvous
+// service is the launcher's (horovod_compat.runner.rendezvous, with a job secret), started from
+// the source tree ctest names in HVDC_SOURCE_ROOT.
 //
 // The peer leaves in one of two ways, alternating: it SIGKILLs itself (a lost peer) or calls
 // shutdown() and exits 0 (a clean exit in the middle of the job). Either way the survivor's pending
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -28,7 +31,6 @@
 
 #include "core/c_api.h"
 #include "tests/cpp/util/checked_step.h"
-#include "tests/cpp/util/http_kv_server.h"
 
 namespace {
 
@@ -187,7 +189,40 @@ bool WaitUntil(pid_t pid, std::chrono::steady_clock::time_point deadline, int* s
 }
 
 TEST(TcpElastic, SurvivorReinitialisesAfterEveryWayOfLeavingWithoutLeaks) {
-  hvdc::tcp_test::TinyKvServer rendezvous;
+  const char* root = std::getenv("HVDC_SOURCE_ROOT");
+  if (root == nullptr)
+    GTEST_SKIP() << "HVDC_SOURCE_ROOT (the source tree, set by ctest) is not set";
+  const std::string secret = "elastic-test-secret";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t service = fork();
+  ASSERT_GE(service, 0);
+  if (service == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    setenv("PYTHONPATH", root, 1);
+    setenv("HOROVOD_SECRET_KEY", secret.c_str(), 1);
+    execlp("python3", "python3", "-m", "horovod_compat.runner.rendezvous", "--host", "127.0.0.1",
+           static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  // "HOROVOD_GLOO_RENDEZVOUS_ADDR=... HOROVOD_GLOO_RENDEZVOUS_PORT=<port>" once it listens.
+  FILE* service_out = fdopen(out[0], "r");
+  char line[256] = {};
+  const bool got = std::fgets(line, sizeof(line), service_out) != nullptr;
+  const char* port_at = got ? std::strstr(line, "HOROVOD_GLOO_RENDEZVOUS_PORT=") : nullptr;
+  auto stop_service = [&] {
+    kill(service, SIGTERM);
+    waitpid(service, nullptr, 0);
+    std::fclose(service_out);
+  };
+  if (port_at == nullptr) {
+    stop_service();
+    FAIL() << "the rendezvous service printed '" << line << "'";
+  }
+  const std::string port =
+      std::to_string(std::atoi(port_at + std::strlen("HOROVOD_GLOO_RENDEZVOUS_PORT=")));
   char dir_template[] = "/tmp/hvdc_elastic_XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   const std::string dir = dir_template;
@@ -197,7 +232,8 @@ TEST(TcpElastic, SurvivorReinitialisesAfterEveryWayOfLeavingWithoutLeaks) {
       {"HOROVOD_CONTROLLER", "gloo"},
       {"HOROVOD_SIZE", "2"},
       {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1"},
-      {"HOROVOD_GLOO_RENDEZVOUS_PORT", std::to_string(rendezvous.port())},
+      {"HOROVOD_GLOO_RENDEZVOUS_PORT", port},
+      {"HOROVOD_SECRET_KEY", secret},
       // Armed, this timer would end the survivor during the rounds that follow a loss.
       {"HOROVOD_PEER_LOSS_EXIT_SECONDS", "0.05"}};
   auto with = [&common](std::vector<std::pair<std::string, std::string>> more) {
@@ -227,6 +263,7 @@ TEST(TcpElastic, SurvivorReinitialisesAfterEveryWayOfLeavingWithoutLeaks) {
   int status = 0;
   const bool ended =
       WaitUntil(survivor, failure.empty() ? deadline : std::chrono::steady_clock::now(), &status);
+  stop_service();
   const std::string log = ReadFile(survivor_log);
   std::printf("--- survivor:\n%s--- peers:\n%s", log.c_str(), ReadFile(peer_log).c_str());
   EXPECT_TRUE(failure.empty()) << failure;
