@@ -91,10 +91,6 @@ const std::vector<NoEffectEntry>& NoEffectEntries() {
        1,
        kIntMax},
       {{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kAutotune}, ValueKind::kNumber, "noise"},
-      {{"HOROVOD_ELASTIC",
-        "the core has no elastic recovery: a lost rank ends the job (the Python elastic "
-        "helpers still read it)"},
-       ValueKind::kSwitch},
       {{"HOROVOD_HIERARCHICAL_ALLREDUCE", kGpu}, ValueKind::kSwitch},
       {{"HOROVOD_HIERARCHICAL_ALLGATHER", kGpu}, ValueKind::kSwitch},
       {{"HOROVOD_TORUS_ALLREDUCE", kGpu}, ValueKind::kSwitch},
@@ -357,6 +353,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Number("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "seconds", 0.0, false,
              &c.stall_shutdown_time_s);
   env.Number("HOROVOD_PEER_LOSS_EXIT_SECONDS", "seconds", 0.0, false, &c.peer_loss_exit_s);
+  env.Bool("HOROVOD_ELASTIC", &c.elastic);
   env.Number("HOROVOD_PEER_TIMEOUT_SECONDS", "seconds", 0.0, false, &c.peer_timeout_s);
   env.Bool("HOROVOD_MPI_THREADS_DISABLE", &c.mpi_threads_disable);
   env.Bool("HOROVOD_MPI_LIVENESS", &c.mpi_liveness);
@@ -453,6 +450,7 @@ std::string Config::Describe() const {
   line("HOROVOD_STALL_CHECK_TIME_SECONDS", stall_check_time_s);
   line("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_time_s);
   line("HOROVOD_PEER_LOSS_EXIT_SECONDS", peer_loss_exit_s);
+  line("HOROVOD_ELASTIC", b(elastic));
   line("HOROVOD_PEER_TIMEOUT_SECONDS", peer_timeout_s);
   line("HOROVOD_MPI_THREADS_DISABLE", b(mpi_threads_disable));
   line("HOROVOD_MPI_LIVENESS", b(mpi_liveness));

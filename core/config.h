@@ -38,6 +38,12 @@ struct Config {
   // later operation fails at once; this many seconds later the process exits with status 1 (so a
   // rank idle or stuck outside horovod_compat ends too). 0 = never exit, only fail operations.
   double peer_loss_exit_s = 3.0;
+  // HOROVOD_ELASTIC: an elastic job (horovodrun's elastic mode): a lost peer fails every pending
+  // and later operation (HorovodInternalError in Python) but arms no exit timer
+  // (HOROVOD_PEER_LOSS_EXIT_SECONDS is for static jobs), and a peer that shuts down while this
+  // rank still runs fails this rank's operations the same way, naming it; the worker then
+  // re-initialises (shutdown() and init() in the same process).
+  bool elastic = false;
   // HOROVOD_PEER_TIMEOUT_SECONDS: TCP transport: a peer from which nothing (data or heartbeat)
   // arrives for this long is lost -- stopped, hung or cut off (0 = no heartbeats).
   double peer_timeout_s = 4.0;
@@ -139,10 +145,10 @@ struct Config {
 
 const char* LogLevelName(LogLevel level);  // "trace", ..., "fatal"
 
-// Horovod settings this runtime accepts but does not act on (autotune, elastic recovery, the
-// GPU-path switches): Config has no field for them. Config::FromEnv still validates each one's
-// value (a bad value fails init like any other), and each that is set, other than a switch set to
-// false, is named in one warning: "<VAR>=<value> is accepted but has no effect here: <why>".
+// Horovod settings this runtime accepts but does not act on (autotune, the GPU-path switches):
+// Config has no field for them. Config::FromEnv still validates each one's value (a bad value fails
+// init like any other), and each that is set, other than a switch set to false, is named in one
+// warning: "<VAR>=<value> is accepted but has no effect here: <why>".
 struct NoEffectSetting {
   const char* name;
   const char* why;

@@ -33,6 +33,7 @@ struct Executor::State {
   bool touching = false;  // completing callbacks or calling on_idle: the Runtime is in use
   bool stopping = false;
   bool abandoned = false;
+  bool exited = false;  // the thread has returned from Run (it touches nothing any more)
   Status abandon_status;
   // The entries Abandon() failed while their batch was inside a backend: an asynchronous backend
   // that completes them later (ctx.complete) must not complete them a second time.
@@ -129,12 +130,36 @@ bool Executor::busy() const {
 }
 
 void Executor::Stop() {
+  bool stuck = false;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->stopping = true;
+    stuck = state_->abandoned && !state_->exited;
   }
   state_->cv.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  // An abandoned thread may never return: never wait for it here (JoinAbandoned() may).
+  if (stuck) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
+}
+
+bool Executor::JoinAbandoned(std::chrono::steady_clock::duration limit) {
+  if (!thread_.joinable()) return true;
+  State& s = *state_;
+  bool exited = false;
+  {
+    std::unique_lock<std::mutex> lock(s.mu);
+    exited = s.cv.wait_for(lock, limit, [&] { return s.exited; });
+  }
+  if (exited) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
+  return exited;
 }
 
 void Executor::Abandon(const Status& status) {
@@ -160,11 +185,19 @@ void Executor::Abandon(const Status& status) {
     if (s.queue) s.queue->Release(e->request.name);
     e->completion->MemberDone(status);
   }
-  if (thread_.joinable()) thread_.detach();
 }
 
 void Executor::Loop(std::shared_ptr<State> sp) {
   State& s = *sp;
+  Run(s);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.exited = true;
+  }
+  s.cv.notify_all();
+}
+
+void Executor::Run(State& s) {
   std::unique_lock<std::mutex> lock(s.mu);
   for (;;) {
     s.cv.wait(lock, [&] { return s.stopping || s.abandoned || !s.batches.empty(); });

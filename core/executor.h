@@ -5,9 +5,11 @@
 // Lifetime: everything the thread uses while a batch executes (config, fusion buffer, timeline,
 // backend list) is owned by a State it shares, so a thread given up on by Abandon() -- stuck in a
 // collective with a dead peer -- may outlive the Runtime: when its collective finally returns it
-// touches nothing but that State (and the data channel, which the Runtime then leaks) and exits.
+// touches nothing but that State (and the data channel, which the Runtime then leaks unless
+// JoinAbandoned() saw the thread return) and exits.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -41,8 +43,12 @@ class Executor {
   void Stop();
   // Gives up on the thread (it may be stuck for good): every queued batch and the one executing
   // complete now, with `status`, on the caller's thread; callbacks already running finish first.
-  // The thread is detached; it never touches the queue, the idle hook or a callback again.
+  // The thread never touches the queue, the idle hook or a callback again.
   void Abandon(const Status& status);
+  // After Abandon(): waits up to `limit` for the thread to return (its transport ended what it
+  // waited for) and joins it: true, and the data channel is free. Else the thread is detached
+  // (still stuck) and false: the caller must leak the channel it uses.
+  bool JoinAbandoned(std::chrono::steady_clock::duration limit);
 
   // Completes every item of the batch with `status` (exactly once each).
   static void Complete(Batch& batch, const Status& status, TensorQueue* queue);
@@ -50,6 +56,7 @@ class Executor {
  private:
   struct State;
   static void Loop(std::shared_ptr<State> s);
+  static void Run(State& s);
   static Status Execute(State& s, Batch& batch);
   static void Finish(State& s, Batch& batch, const Status& status);
 

@@ -56,6 +56,8 @@ struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
   std::string shutdown_reason;  // why, when the runtime shuts down because of an error
+  // What the members' operations fail with (kPeerLost: a member of an elastic job left).
+  StatusCode shutdown_code = StatusCode::kUnknownError;
 };
 
 }  // namespace hvdc

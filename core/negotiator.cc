@@ -228,6 +228,7 @@ Status Negotiator::OnGather(Clock::time_point now) {
     ResponseList list;
     for (uint32_t bit : cached_ready_) list.responses.push_back(cache_.Get(bit));
     std::vector<Response> fresh;
+    std::vector<int> leaving;  // world ranks that asked for the shutdown
     const bool tl = timeline_ && timeline_->active();
     for (int r = 0; r < size(); ++r) {
       RequestList rl;
@@ -235,7 +236,10 @@ Status Negotiator::OnGather(Clock::time_point now) {
       if (!s.ok()) {
         return Status::UnknownError(fmt::format("from rank {}: {}", world_ranks_[r], s.message()));
       }
-      if (rl.shutdown) list.shutdown = true;
+      if (rl.shutdown) {
+        list.shutdown = true;
+        if (r != 0) leaving.push_back(world_ranks_[r]);
+      }
       for (const Request& q : rl.requests) {
         if (q.op == OpType::kJoin) {
           table_->Join(r, &fresh);
@@ -260,6 +264,16 @@ Status Negotiator::OnGather(Clock::time_point now) {
     if (shutdown_requested_) {
       list.shutdown = true;
       list.shutdown_reason = shutdown_reason_;
+      if (shutdown_reason_.empty()) leaving.insert(leaving.begin(), world_ranks_[0]);
+    }
+    if (list.shutdown && list.shutdown_reason.empty() && config_.elastic && !leaving.empty()) {
+      // Members called shutdown() while the others still run: in an elastic job they left the
+      // job, and the others re-initialise, as after a lost peer.
+      list.shutdown_reason = fmt::format(
+          "{} {} shut down (left the job) while this rank was still running: every pending and "
+          "later operation fails, and this rank shuts down",
+          leaving.size() == 1 ? "rank" : "ranks", fmt::join(leaving, ", "));
+      list.shutdown_code = StatusCode::kPeerLost;
     }
     blob_ = SerializeResponseList(list);
   }
@@ -293,6 +307,7 @@ Status Negotiator::OnResponses(ResponseList&& list, RoundResult* out) {
   if (list.shutdown) {
     out->shutdown = true;
     out->shutdown_reason = list.shutdown_reason;
+    out->shutdown_code = list.shutdown_code;
   }
   return Status::OK();
 }

@@ -124,7 +124,8 @@ class Runtime {
   // rank was lost, so Python raises HorovodInternalError).
   void Abandon(const std::string& reason, StatusCode code = StatusCode::kUnknownError);
   // The transport lost a peer rank (any thread): arms the process exit
-  // (HOROVOD_PEER_LOSS_EXIT_SECONDS) and has the control thread fail everything and stop.
+  // (HOROVOD_PEER_LOSS_EXIT_SECONDS; not in an elastic job, HOROVOD_ELASTIC) and has the control
+  // thread fail everything and stop.
   void PeerLost(const Status& lost);
   void OnPeerLost(const Status& lost);  // the control thread's part
   // Arms the process exit (status 1, HOROVOD_PEER_LOSS_EXIT_SECONDS later; once per process) after
@@ -162,6 +163,9 @@ class Runtime {
   // exit timer belongs to the process (ExitLater), which it outlives; and a second peer-loss report
   // needs no flag, since the first to reach the control thread stops it (PeerLost).
   std::atomic<bool> shutdown_claimed_{false};
+  // The transport reported a lost peer (any thread): after it, a transport whose waits all end
+  // (Transport::loss_ends_every_wait) lets Shutdown() join every thread and free the world.
+  std::atomic<bool> lost_reported_{false};
 };
 
 }  // namespace hvdc

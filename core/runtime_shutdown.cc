@@ -15,6 +15,13 @@
 #include "core/runtime.h"
 
 namespace hvdc {
+namespace {
+
+// How long Shutdown() waits for an executor thread to return once the transport failed every wait
+// after a lost peer (it returns at once; the bound only guards against a backend that does not).
+constexpr auto kAbandonedExecutorLimit = std::chrono::seconds(10);
+
+}  // namespace
 
 void Runtime::Advance(const Status& transition, const char* where) {
   if (!transition.ok()) LogFatal("internal error in Runtime::{}: {}", where, transition.message());
@@ -115,7 +122,10 @@ void Runtime::ExitLater(const std::string& why) {
 }
 
 void Runtime::PeerLost(const Status& lost) {
-  ExitLater(lost.message());
+  lost_reported_.store(true);
+  // An elastic job's survivors re-initialise instead (hvd.elastic.run): the failed operations
+  // raise HorovodInternalError, and the process lives on.
+  if (!config_.elastic) ExitLater(lost.message());
   // The first loss to reach the control thread stops it; a later one (often a consequence of the
   // first) never runs, and neither does any if the thread had stopped already: that path has
   // failed everything.
@@ -162,13 +172,23 @@ Status Runtime::Shutdown() {
   if (control_thread_.joinable()) control_thread_.join();
   transport_->SetPeerLostHandler(nullptr);
   const bool abandoned = life_.phase() == Phase::kAbandoned;
+  // After a lost peer on a transport that then fails every wait, a busy executor returns soon:
+  // wait for it, so a re-init (elastic) leaks no thread, channel or socket of this world.
+  const bool returns_soon =
+      abandoned && lost_reported_.load() && transport_->loss_ends_every_wait();
+  bool left_behind = false;
   std::vector<SetPtr> sets = sets_.All();
   for (auto& st : sets) {
     if (!st->executor) continue;
     if (abandoned && st->executor->busy()) {
-      // Stuck in communication with a dead peer: fail what it holds now, and leave the thread
-      // behind with its data channel (it touches nothing else of ours when it returns).
+      // In communication with a dead peer: fail what it holds now. Unless its wait is known to
+      // end, leave the thread behind with its data channel (it touches nothing else of ours when
+      // it returns).
       st->executor->Abandon(ShutdownStatus());
+      if (returns_soon && st->executor->JoinAbandoned(kAbandonedExecutorLimit)) continue;
+      LogWarning("process set {}: an executor thread is stuck with a dead peer; left behind",
+                 st->id);
+      left_behind = true;
       (void)st->channels.control.release();
       (void)st->channels.data.release();
       continue;
@@ -176,7 +196,9 @@ Status Runtime::Shutdown() {
     st->executor->Stop();
   }
   timeline_->Stop();
-  if (!abandoned) {
+  // After an abandonment the transport is released only when nothing can still be blocked in it
+  // (MPI_Finalize with a dead peer could hang); else the destructor's turn.
+  if (!left_behind && (!abandoned || returns_soon)) {
     sets_.Clear();
     sets.clear();
     transport_->Finalize();

@@ -51,6 +51,11 @@ class Transport {
   // returns, no call is running or will start. Transports that cannot detect loss ignore it.
   using PeerLostHandler = std::function<void(const Status& lost)>;
   virtual void SetPeerLostHandler(PeerLostHandler handler) { (void)handler; }
+  // True when, once the handler has been called, every blocked and later operation of every
+  // channel fails promptly (the TCP mesh's end_on_loss): a thread blocked in one then returns, so
+  // shutdown after a loss can wait for it and free everything. False: a dead peer may block an
+  // operation for good (MPI).
+  virtual bool loss_ends_every_wait() const { return false; }
   // Releases MPI (managed mode) or nothing; called once after every thread has stopped.
   virtual void Finalize() = 0;
 };

@@ -169,6 +169,7 @@ std::string SerializeResponseList(const ResponseList& list) {
   WriteHeader(&w, Kind::kResponseList);
   w.U8(list.shutdown);
   w.Str(list.shutdown_reason);
+  w.I32(static_cast<int32_t>(list.shutdown_code));
   w.U32(static_cast<uint32_t>(list.responses.size()));
   for (const Response& p : list.responses) {
     w.I32(static_cast<int32_t>(p.op));
@@ -196,7 +197,8 @@ Status ParseResponseList(const std::string& bytes, ResponseList* out) {
   HVDC_RETURN_IF_ERROR(ReadHeader(&r, Kind::kResponseList));
   ResponseList list;
   uint32_t n;
-  if (!r.Bool(&list.shutdown) || !r.Str(&list.shutdown_reason) || !r.U32(&n)) {
+  if (!r.Bool(&list.shutdown) || !r.Str(&list.shutdown_reason) ||
+      !r.Enum(&list.shutdown_code, ValidStatusCode) || !r.U32(&n)) {
     return Corrupt("list header");
   }
   if (n > kMaxCount) return Corrupt("response count");

@@ -40,7 +40,7 @@ tsan_tests=(thread_rank_test thread_rank_stall_test negotiator_test join_test pr
 # (The other suites compile to the same code with or without MPI; the plain build runs them.)
 nompi_tests=(builtins_test init_test tcp_init_test tcp_peer_loss_test tcp_partition_test
              mpi_allreduce_test mpi_collectives_test mpi_reinit_test runtime_exit_test
-             transport_soak_test)
+             transport_soak_test tcp_elastic_test)
 # ctest -R for the tests of these targets: the name, or the name and a suffix (_np2, _tcp_np3...).
 tests_regex() { local IFS='|'; echo "^($*)(_.*)?\$"; }
 

@@ -193,8 +193,10 @@ Status IdentityFromConfig(const Config& c, Identity* out) {
     id.bind_origin = fmt::format("the address this host reaches {} from", id.peers_origin);
     id.rendezvous_host = g.rendezvous_addr;
     id.rendezvous_port = g.rendezvous_port;
-    id.job_token =
-        JobToken(fmt::format("rendezvous:{}:{}:{}", g.rendezvous_addr, g.rendezvous_port, g.size));
+    // The scope too: a rank of another world on the same service (an elastic job's earlier round)
+    // that reaches this one's ports is refused as a stray.
+    id.job_token = JobToken(fmt::format("rendezvous:{}:{}:{}:{}", g.rendezvous_addr,
+                                        g.rendezvous_port, g.size, c.tcp_rendezvous_scope));
   } else {
     return Status::InvalidArgument(
         "the TCP (gloo) transport needs either HVDC_TCP_PEERS (with HOROVOD_RANK) or "

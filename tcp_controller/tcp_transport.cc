@@ -24,10 +24,12 @@ constexpr uint32_t kAdminChannel = 0;
 
 class TcpTransport : public Transport {
  public:
-  TcpTransport(std::shared_ptr<Mesh> mesh, Topology topology, int64_t segment_bytes)
+  TcpTransport(std::shared_ptr<Mesh> mesh, Topology topology, int64_t segment_bytes,
+               bool end_on_loss)
       : mesh_(std::move(mesh)),
         topology_(topology),
         segment_bytes_(segment_bytes),
+        end_on_loss_(end_on_loss),
         admin_(mesh_, AllRanks(mesh_->size()), kAdminChannel) {}
   ~TcpTransport() override { Finalize(); }
 
@@ -85,6 +87,8 @@ class TcpTransport : public Transport {
   void SetPeerLostHandler(PeerLostHandler handler) override {
     mesh_->SetPeerLostHandler(std::move(handler));
   }
+  // MakeTcpTransport sets end_on_loss.
+  bool loss_ends_every_wait() const override { return end_on_loss_; }
 
   void Finalize() override {
     if (finalized_) return;
@@ -102,6 +106,7 @@ class TcpTransport : public Transport {
   std::shared_ptr<Mesh> mesh_;
   const Topology topology_;
   const int64_t segment_bytes_;
+  const bool end_on_loss_;
   Group admin_;
   uint32_t next_set_ = 0;
   bool finalized_ = false;
@@ -111,11 +116,12 @@ class TcpTransport : public Transport {
 }  // namespace tcp
 
 Status MakeTcpTransportOverMesh(std::shared_ptr<tcp::Mesh> mesh, const Config& config,
-                                std::unique_ptr<Transport>* out) {
+                                std::unique_ptr<Transport>* out, bool mesh_ends_on_loss) {
   Topology topology;
   HVDC_RETURN_IF_ERROR(
       tcp::BuildTopology(mesh->rank(), mesh->size(), mesh->hosts(), config, &topology));
-  *out = std::make_unique<tcp::TcpTransport>(std::move(mesh), topology, config.chunk_bytes);
+  *out = std::make_unique<tcp::TcpTransport>(std::move(mesh), topology, config.chunk_bytes,
+                                             mesh_ends_on_loss);
   return Status::OK();
 }
 
@@ -154,7 +160,7 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
   HVDC_RETURN_IF_ERROR(tcp::Mesh::Create(options, &mesh));
   LogDebug("TCP transport: rank {} of {} connected ({})", id.rank, id.size,
            id.peers.empty() ? store->Describe() : "HVDC_TCP_PEERS");
-  return MakeTcpTransportOverMesh(std::move(mesh), config, out);
+  return MakeTcpTransportOverMesh(std::move(mesh), config, out, options.end_on_loss);
 }
 
 }  // namespace hvdc

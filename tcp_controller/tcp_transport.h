@@ -31,8 +31,9 @@ namespace hvdc {
 Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out);
 
 // The transport over a mesh already built (tests build theirs over an in-memory store). Topology as
-// above (the Config's variables override what the hosts imply).
+// above (the Config's variables override what the hosts imply). `mesh_ends_on_loss`: the mesh was
+// made with MeshOptions::end_on_loss (Transport::loss_ends_every_wait).
 Status MakeTcpTransportOverMesh(std::shared_ptr<tcp::Mesh> mesh, const Config& config,
-                                std::unique_ptr<Transport>* out);
+                                std::unique_ptr<Transport>* out, bool mesh_ends_on_loss = false);
 
 }  // namespace hvdc

@@ -300,15 +300,15 @@ TEST(ConfigTest, NoEffectSettingsWarnOnceAndChangeNothing) {
   ParseOk(all, &warnings);
   EXPECT_EQ(warnings.size(), NoEffectSettings().size());
 
-  for (const char* off : {"HOROVOD_AUTOTUNE", "HOROVOD_ELASTIC", "HOROVOD_HIERARCHICAL_ALLREDUCE",
-                          "HOROVOD_BATCH_D2D_MEMCOPIES"}) {
+  for (const char* off : {"HOROVOD_AUTOTUNE", "HOROVOD_HIERARCHICAL_ALLGATHER",
+                          "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_BATCH_D2D_MEMCOPIES"}) {
     warnings.clear();
     ParseOk({{off, "0"}, {"HOROVOD_TORUS_ALLREDUCE", "false"}}, &warnings);
     EXPECT_TRUE(warnings.empty()) << off << ": " << warnings[0];
   }
   // Their values are still checked.
-  for (const char* sw : {"HOROVOD_AUTOTUNE", "HOROVOD_ELASTIC", "HOROVOD_TORUS_ALLREDUCE",
-                         "HOROVOD_DISABLE_NVTX_RANGES"}) {
+  for (const char* sw : {"HOROVOD_AUTOTUNE", "HOROVOD_ENABLE_ASYNC_COMPLETION",
+                         "HOROVOD_TORUS_ALLREDUCE", "HOROVOD_DISABLE_NVTX_RANGES"}) {
     std::string msg = ParseFails(sw, "maybe");
     EXPECT_NE(msg.find("is not a valid boolean"), std::string::npos) << msg;
   }
@@ -383,6 +383,21 @@ TEST(ConfigTest, NullWarningsIsAllowed) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// HOROVOD_ELASTIC acts (no exit timer after a lost peer; runtime_shutdown.cc): no warning.
+TEST(ConfigTest, Elastic) {
+  EXPECT_FALSE(ParseOk({}).elastic);
+  for (const char* on : {"1", "true", "YES"}) {
+    std::vector<std::string> warnings;
+    EXPECT_TRUE(ParseOk({{"HOROVOD_ELASTIC", on}}, &warnings).elastic) << on;
+    EXPECT_TRUE(warnings.empty()) << warnings[0];
+  }
+  EXPECT_FALSE(ParseOk({{"HOROVOD_ELASTIC", "0"}}).elastic);
+  std::string msg = ParseFails("HOROVOD_ELASTIC", "maybe");
+  EXPECT_NE(msg.find("is not a valid boolean"), std::string::npos) << msg;
+  EXPECT_NE(ParseOk({{"HOROVOD_ELASTIC", "1"}}).Describe().find("HOROVOD_ELASTIC=1\n"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, TcpRendezvousScope) {
   EXPECT_EQ(ParseOk({}).tcp_rendezvous_scope, "global");
   EXPECT_EQ(ParseOk({{"HVDC_TCP_RENDEZVOUS_SCOPE", " "}}).tcp_rendezvous_scope, "global");
@@ -435,6 +450,8 @@ TEST(ConfigTest, DescribeListsEveryVariable) {
                           "HOROVOD_GLOO_TIMEOUT_SECONDS",
                           "HVDC_CHUNK_BYTES",
                           "HVDC_ZERO_COPY_BYTES",
+                          "HOROVOD_ELASTIC",
+                          "HVDC_TCP_RENDEZVOUS_SCOPE",
                           "under_launcher",
                           "mpi_yield_when_idle_set"}) {
     // Each variable starts a line.

@@ -281,6 +281,64 @@ TEST(RuntimeLifecycle, PeerLossAfterDown) {
   EXPECT_TRUE(w.lossy(0).finalized());
 }
 
+// ---------------------------------------------------------------------------------------------
+// An elastic job (HOROVOD_ELASTIC=1).
+
+Config Elastic(double exit_s) {
+  Config c = SmallConfig();
+  c.elastic = true;
+  c.peer_loss_exit_s = exit_s;
+  return c;
+}
+
+// A lost peer fails what is pending with PEER_LOST, as in a static job, but arms no exit timer: a
+// timer of 10 ms would end this test binary while the next world (the re-initialisation) forms
+// and runs an allreduce.
+TEST(RuntimeLifecycle, ElasticPeerLossArmsNoExitTimer) {
+  {
+    World w(3, Elastic(0.01));
+    auto a = Track(w.rt(0), "pending");
+    EveryoneLoses(w);
+    ExpectFailedOnce(a, StatusCode::kPeerLost, "rank 2 (c:1)");
+    ExpectRefused(w.rt(0), StatusCode::kPeerLost, "rank 2 (c:1)");
+  }
+  World again(2, Elastic(0.01));
+  std::vector<std::future<Status>> done;
+  std::vector<float> bufs(2, 1.f);
+  for (int r = 0; r < 2; ++r) {
+    done.push_back(Submit(again.rt(r), 0, One(AllreduceItem("next", &bufs[r], &bufs[r], 1))));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(done[r].wait_for(seconds(30)), std::future_status::ready);
+    EXPECT_TRUE(done[r].get().ok());
+    EXPECT_EQ(bufs[r], 2.f);
+  }
+}
+
+// A member that calls shutdown() while the others still run: in an elastic job their pending and
+// later operations fail with PEER_LOST naming it (the coordinator, rank 0, or another rank); in a
+// static job with the shut-down status (RuntimeLifecycle.PeerLossAfterDrained).
+TEST(RuntimeLifecycle, ElasticPeerShutdownFailsTheOthersNamingIt) {
+  for (int leaver : {1, 0}) {
+    World w(3, Elastic(0));
+    std::vector<std::shared_ptr<Tracked>> pending;
+    for (int r = 0; r < 3; ++r) {
+      if (r != leaver) pending.push_back(Track(w.rt(r), "pending"));
+    }
+    auto down = w.ShutdownAsync(leaver);
+    ASSERT_EQ(down.wait_for(seconds(30)), std::future_status::ready);
+    const std::string named = "rank " + std::to_string(leaver) + " shut down (left the job)";
+    for (auto& t : pending) ExpectFailedOnce(t, StatusCode::kPeerLost, named);
+    for (int r = 0; r < 3; ++r) {
+      if (r == leaver) continue;
+      ASSERT_TRUE(Reaches(w.rt(r), Phase::kDrained)) << "rank " << r;
+      ExpectRefused(w.rt(r), StatusCode::kPeerLost, named);
+    }
+    // The leaver itself was told it shut down, not that someone left.
+    ExpectRefused(w.rt(leaver), StatusCode::kUnknownError, "shut down");
+  }
+}
+
 Config StallConfig() {
   Config c = NoExit();
   c.stall_check_time_s = 0.2;
