@@ -441,6 +441,14 @@ def _run_data_service(script: str, work: str, keras: str, python: str, np_: int,
             if time.monotonic() > deadline:
                 break
             time.sleep(0.5)
+        if not os.path.exists(config):
+            # The training job would wait for the file until its timeout: report the compute
+            # job's output instead.
+            if compute.poll() is None:
+                os.killpg(compute.pid, signal.SIGKILL)
+            out = compute.communicate()[0]
+            return 1, (f"--- compute job (exit {compute.returncode}) wrote no {config}; "
+                       f"training not started ---\n{out}")
         if launches_ranks:
             training = [python, os.path.abspath(__file__), "--exec", script,
                         "--compute-service-config-file", config, "--training-tasks", str(np_)]
