@@ -74,8 +74,8 @@ _OPT_VARIABLES = Edit("example-fix", "Keras 3 optimizer.variables is a list, not
                       "opt.variables()", "opt.variables", (KERAS3,))
 _RUN_TF_FUNCTION = Edit("example-fix", "Keras 3 compile() takes no experimental_run_tf_function",
                         ",\n{indent}experimental_run_tf_function=False)", ")", (KERAS3,))
-# 0.28.x files differ here: some pick keras.optimizers.legacy by the Keras version (gone in
-# Keras 3), the 0.28.1 release builds tf.optimizers.Adam (works on both): optional edits.
+# Forms differ here: the 0.26/0.27 files pick keras.optimizers.legacy by the Keras version (gone
+# in Keras 3), the 0.28.1 release builds tf.optimizers.Adam (works on both): optional edits.
 _LEGACY_OPTIMIZERS = Edit("example-fix", "keras.optimizers.legacy does not exist in Keras 3",
                           "from tensorflow.keras.optimizers import legacy as optimizers",
                           "from tensorflow.keras import optimizers", (KERAS3,), optional=True)
