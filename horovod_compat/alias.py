@@ -142,6 +142,15 @@ def _set_path0(entry: str, replace: bool) -> None:
         sys.path.insert(0, entry)
 
 
+def _runnable_module(name: str) -> str:
+    """The module ``-m name`` runs: runpy executes a module's code, which the alias's loader does
+    not carry (it hands out the imported module), so ``horovod.<x>`` runs from horovod_compat's
+    file, as ``python -m horovod.<x>`` runs Horovod's."""
+    if name == ALIAS or name.startswith(ALIAS + "."):
+        return TARGET + name[len(ALIAS):]
+    return name
+
+
 def main(argv: Optional[Sequence[str]] = None, path0_set: bool = True) -> None:
     """Runs ``script.py args`` or ``-m module args`` as ``python`` would, under the alias.
 
@@ -159,8 +168,8 @@ def main(argv: Optional[Sequence[str]] = None, path0_set: bool = True) -> None:
             sys.exit(2)
         sys.argv = [args[1]] + args[2:]
         _set_path0(os.getcwd(), path0_set)   # python -m puts the working directory first
-        _run_failing_fast(lambda: runpy.run_module(args[1], run_name="__main__",
-                                                   alter_sys=True))
+        module = _runnable_module(args[1])
+        _run_failing_fast(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
     else:
         script = args[0]
         sys.argv = list(args)

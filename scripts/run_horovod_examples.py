@@ -16,8 +16,9 @@ each Keras it can run on (Keras 3; tf_keras via TF_USE_LEGACY_KERAS=1), this scr
    ``tf.keras``'s) from local Fashion-MNIST IDX files, makes every download attempt an error, then
    runs the example under the ``horovod`` import alias (horovod_compat.alias). The tf.data
    service example first starts its compute job (``horovodrun -np 2 python -m
-   horovod_compat.tensorflow.data.compute_worker``) and runs the example as the driver it is
-   (it launches its 2 training ranks itself, through ``horovod.run``);
+   horovod.tensorflow.data.compute_worker``), then its training job (``horovodrun -np 2 python
+   tensorflow2_mnist_data_service.py CONFIG``; an earlier form of the driver launches its
+   ranks itself, through ``horovod.run``);
 3. prints a matrix: example x Keras -> pass/fail, edits applied, seconds. A run that fails, or
    cannot start, is reported and the next one runs.
 
@@ -73,8 +74,8 @@ _OPT_VARIABLES = Edit("example-fix", "Keras 3 optimizer.variables is a list, not
                       "opt.variables()", "opt.variables", (KERAS3,))
 _RUN_TF_FUNCTION = Edit("example-fix", "Keras 3 compile() takes no experimental_run_tf_function",
                         ",\n{indent}experimental_run_tf_function=False)", ")", (KERAS3,))
-# 0.28.x files differ here: some pick keras.optimizers.legacy by the Keras version (gone in
-# Keras 3), the 0.28.1 release builds tf.optimizers.Adam (works on both): optional edits.
+# Forms differ here: the 0.26/0.27 files pick keras.optimizers.legacy by the Keras version (gone
+# in Keras 3), the 0.28.1 release builds tf.optimizers.Adam (works on both): optional edits.
 _LEGACY_OPTIMIZERS = Edit("example-fix", "keras.optimizers.legacy does not exist in Keras 3",
                           "from tensorflow.keras.optimizers import legacy as optimizers",
                           "from tensorflow.keras import optimizers", (KERAS3,), optional=True)
@@ -339,7 +340,11 @@ def run_one(examples_dir: str, name: str, keras: str, python: str, np_: int,
             differs += found
         script = os.path.join(work, name)
         if spec.data_service:
-            code, output = _run_data_service(script, work, keras, python, np_, timeout, side)
+            with open(script) as f:
+                launches = driver_launches_ranks(f.read())
+            edits += (f"run: {DRIVER_FORMS[launches]}",)
+            code, output = _run_data_service(script, work, keras, python, np_, timeout, side,
+                                             launches)
         else:
             cmd = ["mpirun", "-np", str(np_), "--timeout", str(timeout), "--bind-to", "none",
                    "--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
@@ -389,12 +394,29 @@ class FileLock:
 """
 
 
+# The driver has had two forms. The released one (0.28.1's) trains in every rank of its own
+# job, reading the config file its positional argument names (`horovodrun -np 2 python
+# tensorflow2_mnist_data_service.py CONFIG`, as Horovod's docs run it); an earlier one is a
+# launcher itself (`--compute-service-config-file CONFIG --training-tasks N`, ranks started
+# through horovod.run). Keyed by driver_launches_ranks().
+DRIVER_FORMS = {
+    False: "training job `horovodrun -np N python <driver> CONFIG` (the released driver form)",
+    True: "`python <driver> --compute-service-config-file CONFIG --training-tasks N`, ranks "
+          "through horovod.run (an earlier driver form)",
+}
+
+
+def driver_launches_ranks(driver_text: str) -> bool:
+    return "--compute-service-config-file" in driver_text
+
+
 def _run_data_service(script: str, work: str, keras: str, python: str, np_: int, timeout: int,
-                      side: str) -> Tuple[int, str]:
+                      side: str, launches_ranks: bool) -> Tuple[int, str]:
     """The tf.data service example: its compute job (np_ ranks, dispatchers on `side`) through
-    our horovodrun, then the example as a driver that trains on np_ ranks through horovod.run
-    (our run()). The ranks find the train_fn modules, the MNIST redirect and a filelock stand-in
-    in the scratch folder (on PYTHONPATH)."""
+    our horovodrun, then the training on np_ ranks: the driver run by our horovodrun, or (the
+    earlier form) the driver starting them through horovod.run (our run()). The ranks find the
+    train_fn modules, the MNIST redirect and a filelock stand-in in the scratch folder (on
+    PYTHONPATH)."""
     with open(os.path.join(work, "sitecustomize.py"), "w") as f:
         f.write(_SITECUSTOMIZE.format(harness=os.path.abspath(__file__)))
     try:
@@ -409,7 +431,7 @@ def _run_data_service(script: str, work: str, keras: str, python: str, np_: int,
     config = os.path.join(work, "compute.json")
     compute_cmd = [python, "-m", "horovod_compat.runner.launch", "-np", str(np_),
                    f"--mpi-args=--timeout {timeout} --oversubscribe --bind-to none",
-                   python, "-m", "horovod_compat.tensorflow.data.compute_worker",
+                   python, "-m", "horovod.tensorflow.data.compute_worker",   # as Horovod's docs
                    "--dispatcher-side", side, "--timeout", "300", config]
     compute = subprocess.Popen(compute_cmd, cwd=work, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -419,8 +441,21 @@ def _run_data_service(script: str, work: str, keras: str, python: str, np_: int,
             if time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        training = [python, os.path.abspath(__file__), "--exec", script,
-                    "--compute-service-config-file", config, "--training-tasks", str(np_)]
+        if not os.path.exists(config):
+            # The training job would wait for the file until its timeout: report the compute
+            # job's output instead.
+            if compute.poll() is None:
+                os.killpg(compute.pid, signal.SIGKILL)
+            out = compute.communicate()[0]
+            return 1, (f"--- compute job (exit {compute.returncode}) wrote no {config}; "
+                       f"training not started ---\n{out}")
+        if launches_ranks:
+            training = [python, os.path.abspath(__file__), "--exec", script,
+                        "--compute-service-config-file", config, "--training-tasks", str(np_)]
+        else:
+            training = [python, "-m", "horovod_compat.runner.launch", "-np", str(np_),
+                        f"--mpi-args=--timeout {timeout} --oversubscribe --bind-to none",
+                        python, script, config]
         code, output = _run(training, work, env, timeout + 60)
         try:
             compute_out = compute.communicate(timeout=60)[0]

@@ -81,3 +81,15 @@ def test_unmodified_script_under_np2(tmp_path, launcher):
     lines = sorted(x.strip() for x in re.findall(r"ALIAS [^\n]*?(?=ALIAS |$)", result.stdout, re.M))
     assert lines == [f"ALIAS rank={r} size=2 total=1.0 args=['--flag', '1']" for r in range(2)], \
         result.stdout
+
+
+def test_dash_m_runs_a_horovod_module_as_main():
+    """``python -m horovod.tensorflow.data.compute_worker`` (how Horovod's docs start the
+    tf.data compute job) runs the horovod_compat module as __main__ through the alias."""
+    cmd = [sys.executable, "-m", "horovod_compat.alias", "-m",
+           "horovod.tensorflow.data.compute_worker", "--help"]
+    result = subprocess.run(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=240)
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"usage: \S+ -m \S+compute_worker", result.stdout), result.stdout
+    assert "--dispatcher-side" in result.stdout, result.stdout

@@ -80,6 +80,14 @@ def test_data_service_driver_runs_once_per_dispatcher_side():
     assert set(harness.RUN_BY) == set(harness.EXAMPLES[name].companions)
 
 
+def test_data_service_driver_form_is_told_from_its_arguments():
+    released = 'parser.add_argument("configfile", type=str)\n'
+    earlier = 'parser.add_argument("--compute-service-config-file", required=True)\n'
+    assert not harness.driver_launches_ranks(released)
+    assert harness.driver_launches_ranks(earlier)
+    assert set(harness.DRIVER_FORMS) == {False, True}
+
+
 @needs_data
 @single_process
 def test_a_file_that_differs_is_reported_and_the_next_runs(tmp_path, capsys):
