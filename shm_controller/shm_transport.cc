@@ -119,10 +119,12 @@ Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
     theirs.job_id = offer.job_id;
     made = Segment::Attach(name, theirs, &segment);
   }
-  // Every member attached (or not): then the name goes, so nothing can be left behind.
+  // Every member has attached (or given up): then the name goes, so no exit can leave it behind.
   int32_t attached = made.ok() && offer.created ? 1 : 0, all = 0;
   Status met = boot.Allreduce(&attached, &all, 1, DataType::kInt32, ReduceOp::kMin);
-  if (me == 0 && offer.created) Segment::Unlink(name);
+  // Every member unlinks (the first one does it; the others find it gone), so that no member
+  // returns while the name is still there.
+  if (offer.created) Segment::Unlink(name);
   HVDC_RETURN_IF_ERROR(met);
   if (all == 0) {
     if (!made.ok()) {
