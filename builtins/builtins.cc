@@ -8,10 +8,16 @@
 //   4. init(comm=...) or a rank subset                                -> MPI
 //   5. otherwise: one rank, no launcher
 // TCP's entry comes first and recognises 1 and 3 (stepping aside for 2); MPI's recognises 2 and 4.
+// Under MPI and TCP, a process set whose ranks share a host moves its data through shared memory
+// (shm_controller/, docs/shm.md); the transport keeps control and every set across hosts.
+#include <memory>
+#include <utility>
+
 #include "core/build_config.h"
 #include "core/builtin.h"
 #include "local_controller/local_world.h"
 #include "ops/cpu/host_backend.h"
+#include "shm_controller/shm_transport.h"
 #include "tcp_controller/tcp_transport.h"
 #if HVDC_HAVE_MPI
 #include "liveness/liveness.h"
@@ -25,6 +31,14 @@ namespace hvdc {
 namespace {
 
 bool WithMpiArguments(const InitOptions& opts) { return opts.mpi_comm || !opts.ranks.empty(); }
+
+// The shared-memory plane under a transport that was made (HVDC_SHM=0: the transport alone).
+Status WithShm(const Config& config, Status made, std::unique_ptr<Transport>* out) {
+  if (made.ok() && *out && config.shm_enabled) {
+    *out = shm::MakeShmTransport(std::move(*out), shm::ShmOptions::FromConfig(config));
+  }
+  return made;
+}
 
 // The TCP transport when asked for by name, or when its identity variables are set -- except that
 // an mpirun job stays MPI unless HOROVOD_CONTROLLER=gloo says otherwise.
@@ -42,7 +56,7 @@ Status MakeTcp(const Config& config, const InitOptions& opts, std::unique_ptr<Tr
         "(HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS=gloo, HVDC_TCP_PEERS or "
         "HOROVOD_GLOO_RENDEZVOUS_ADDR)");
   }
-  return MakeTcpTransport(config, out);
+  return WithShm(config, MakeTcpTransport(config, out), out);
 }
 
 // Under mpirun, or given MPI's ranks (a communicator or a subset) by init().
@@ -56,7 +70,7 @@ Status MakeMpi(const Config& config, const InitOptions& opts, std::unique_ptr<Tr
   mpi.ranks = opts.ranks;
   mpi.borrowed_comm = opts.mpi_comm;
   mpi.peer_watch = liveness::Start;  // MPI cannot tell a lost peer; a heartbeat mesh can
-  return MakeMpiTransport(config, mpi, out);
+  return WithShm(config, MakeMpiTransport(config, mpi, out), out);
 }
 #endif
 

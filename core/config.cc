@@ -383,6 +383,8 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.PathSegment("HVDC_TCP_RENDEZVOUS_SCOPE", &c.tcp_rendezvous_scope);
   env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
+  env.Bool("HVDC_SHM", &c.shm_enabled);
+  env.Int("HVDC_SHM_BYTES", "bytes", 1, kMaxBytes, &c.shm_bytes);
   for (const NoEffectEntry& e : NoEffectEntries()) {
     std::string raw;
     if (env.NoEffect(e, &raw)) {
@@ -479,6 +481,8 @@ std::string Config::Describe() const {
   line("HVDC_TCP_RENDEZVOUS_SCOPE", tcp_rendezvous_scope);
   line("HVDC_CHUNK_BYTES", chunk_bytes);
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
+  line("HVDC_SHM", b(shm_enabled));
+  line("HVDC_SHM_BYTES", shm_bytes);
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));
   line("mpi_yield_when_idle_set (OMPI_MCA_mpi_yield_when_idle)", b(mpi_yield_when_idle_set));
   return s;

@@ -114,6 +114,12 @@ struct Config {
   // instead of being copied through the fusion buffer. On the 2-core VM one MPI_Allreduce of
   // 256 KiB costs about what copying it into and out of the buffer does (bench B0).
   int64_t zero_copy_bytes = 256LL * 1024;
+  // HVDC_SHM: ranks of a process set that share a host move data through shared memory
+  // (shm_controller/, docs/shm.md); 0 keeps the transport's own data plane.
+  bool shm_enabled = true;
+  // HVDC_SHM_BYTES: the size of each such set's shared-memory segment; a larger call is carried
+  // in rounds. Too small for the set's ranks, or more than /dev/shm holds: logged, not used.
+  int64_t shm_bytes = 16LL * 1024 * 1024;
 
   // Not a setting: true when a launcher's identity variables are present (OMPI_COMM_WORLD_SIZE,
   // PMI_SIZE, PMIX_RANK or PMI_RANK, even if empty). The runtime then initializes MPI; otherwise it

@@ -1,7 +1,8 @@
 // HostComm: the data-plane primitives a CPU backend needs, over host memory, for one process set.
 // Implemented by each transport: mpi_controller/ (MPI communicators), tcp_controller/ (ring and
 // tree algorithms over TCP) and local_controller/ (threads in one process, for tests and the
-// single-rank runtime), and by SelfComm (one-member sets); a shared-memory plane will be another.
+// single-rank runtime), by SelfComm (one-member sets), and by shm_controller/ (the ranks of one
+// host, through shared memory, under another transport).
 // All calls are blocking and collective over the set, and are made from one executor thread per
 // process set.
 //

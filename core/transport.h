@@ -1,8 +1,9 @@
 // Transport: where ranks come from and how a process set gets its channels. One per Runtime.
 // Each transport lives in its own folder -- mpi_controller/ (MPI), tcp_controller/ (TCP, Horovod's
-// Gloo), local_controller/ (the in-memory world: the no-launcher rank 0 of 1 and threads-as-ranks);
-// a shared-memory plane will join them -- and is listed, with how it recognises its launch
-// environment and how it is made, at the composition root (builtins/builtins.cc).
+// Gloo), local_controller/ (the in-memory world: the no-launcher rank 0 of 1 and threads-as-ranks)
+// -- and is listed, with how it recognises its launch environment and how it is made, at the
+// composition root (builtins/builtins.cc), which also wraps the MPI and TCP transports in
+// shm_controller/'s, so that process sets on one host move their data through shared memory.
 #pragma once
 
 #include <functional>

@@ -2,6 +2,9 @@
 // np=2 and np=3: one rank per process, the world whatever mpirun gives. main() initializes MPI
 // itself, so every transport here uses an MPI it does not own; each test makes its own.
 //
+// The same suites also run over the shared-memory plane under MPI ("shm": ranks as processes, each
+// set's data through a 64 KiB segment, MPI keeping control).
+//
 // Every rank runs every test. Rank 0 prints GoogleTest's output, the others only their failures,
 // and every rank exits non-zero if any rank failed.
 // Only the C API: Open MPI's deprecated C++ bindings do not compile warning-free.
@@ -15,6 +18,7 @@
 
 #include "core/config.h"
 #include "mpi_controller/mpi_transport.h"
+#include "shm_controller/shm_transport.h"
 #include "tests/cpp/conformance/suite_util.h"
 #include "tests/cpp/util/rank_failure_printer.h"
 
@@ -34,19 +38,26 @@ class MpiWorld : public World {
   std::unique_ptr<Transport> transport_;
 };
 
-std::unique_ptr<World> MakeMpiWorld() {
+std::unique_ptr<World> MakeMpiWorld(bool shm) {
   std::unique_ptr<Transport> t;
   Status s = MakeMpiTransport(Config(), MpiTransportOptions{}, &t);
   EXPECT_TRUE(s.ok()) << s.ToString();
   if (!t) return nullptr;
+  if (shm) {
+    shm::ShmOptions options;
+    options.bytes = 64 * 1024;
+    options.host = "mpi-conformance";  // one host: mpirun here starts every rank locally
+    t = shm::MakeShmTransport(std::move(t), options);
+  }
   return std::make_unique<MpiWorld>(std::move(t));
 }
 
-const WorldParam kMpi = {"world", MakeMpiWorld};
+const WorldParam kMpi = {"world", [] { return MakeMpiWorld(false); }};
+const WorldParam kMpiShm = {"shm", [] { return MakeMpiWorld(true); }};
 
-INSTANTIATE_TEST_SUITE_P(Mpi, HostCommConformance, ::testing::Values(kMpi), WorldName());
+INSTANTIATE_TEST_SUITE_P(Mpi, HostCommConformance, ::testing::Values(kMpi, kMpiShm), WorldName());
 INSTANTIATE_TEST_SUITE_P(Mpi, ControlChannelConformance, ::testing::Values(kMpi), WorldName());
-INSTANTIATE_TEST_SUITE_P(Mpi, ProcessSetConformance, ::testing::Values(kMpi), WorldName());
+INSTANTIATE_TEST_SUITE_P(Mpi, ProcessSetConformance, ::testing::Values(kMpi, kMpiShm), WorldName());
 
 }  // namespace
 }  // namespace conformance

@@ -61,6 +61,8 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.gloo_timeout_s, 30);
   EXPECT_EQ(c.chunk_bytes, d.chunk_bytes);
   EXPECT_EQ(c.zero_copy_bytes, d.zero_copy_bytes);
+  EXPECT_TRUE(c.shm_enabled);
+  EXPECT_EQ(c.shm_bytes, 16 * 1024 * 1024);
   EXPECT_FALSE(c.under_launcher);
   EXPECT_EQ(c.Describe(), d.Describe());
 }
@@ -88,9 +90,13 @@ TEST(ConfigTest, EveryVariableValid) {
                       {"HOROVOD_GLOO_IFACE", "eth0"},
                       {"HOROVOD_GLOO_TIMEOUT_SECONDS", "60"},
                       {"HVDC_CHUNK_BYTES", "8192"},
-                      {"HVDC_ZERO_COPY_BYTES", "16384"}},
+                      {"HVDC_ZERO_COPY_BYTES", "16384"},
+                      {"HVDC_SHM", "0"},
+                      {"HVDC_SHM_BYTES", "1048576"}},
                      &warnings);
   EXPECT_TRUE(warnings.empty()) << warnings[0];
+  EXPECT_FALSE(c.shm_enabled);
+  EXPECT_EQ(c.shm_bytes, 1048576);
   EXPECT_EQ(c.fusion_threshold_bytes, 67108864);
   EXPECT_EQ(c.cycle_time_ms, 2.5);
   EXPECT_EQ(c.cache_capacity, 0);
@@ -158,6 +164,7 @@ TEST(ConfigTest, EveryIntegerVariableRejectsGarbageAndOutOfRange) {
       {"HOROVOD_GLOO_TIMEOUT_SECONDS", "5", {"soon", "0", "-1"}},
       {"HVDC_CHUNK_BYTES", "1", {"4MB", "0", "-4096"}},
       {"HVDC_ZERO_COPY_BYTES", "1", {"1M", "0", "-1"}},
+      {"HVDC_SHM_BYTES", "4096", {"16MB", "0", "-1"}},
   };
   for (const IntCase& k : cases) {
     ParseOk({{k.var, k.good}});
@@ -450,6 +457,8 @@ TEST(ConfigTest, DescribeListsEveryVariable) {
                           "HOROVOD_GLOO_TIMEOUT_SECONDS",
                           "HVDC_CHUNK_BYTES",
                           "HVDC_ZERO_COPY_BYTES",
+                          "HVDC_SHM",
+                          "HVDC_SHM_BYTES",
                           "HOROVOD_ELASTIC",
                           "HVDC_TCP_RENDEZVOUS_SCOPE",
                           "under_launcher",

@@ -1,0 +1,42 @@
+// The shared-memory plane under another transport: that transport keeps control (negotiation,
+// process-set creation, failure detection) and everything across hosts; a process set whose ranks
+// all share a host gets a ShmHostComm as its data plane instead of the transport's own.
+//
+// Whether the plane can be used is settled per process set, collectively, over the transport's
+// own HostComm: same host identity on every member, a segment created and attached by all. Any
+// refusal (turned off, ranks on several hosts, /dev/shm too small or unusable, a segment of that
+// name already there) keeps the transport's data plane and is logged, never an error.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/host_comm.h"
+#include "core/status.h"
+#include "core/transport.h"
+
+namespace hvdc {
+namespace shm {
+
+struct ShmOptions {
+  bool enabled = true;          // HVDC_SHM
+  int64_t bytes = 16LL << 20;   // HVDC_SHM_BYTES: one segment (per process set)
+  std::string host;             // this rank's host identity (HOROVOD_HOSTNAME or hostname)
+  double peer_timeout_s = 4.0;  // HOROVOD_PEER_TIMEOUT_SECONDS: a stopped peer is lost after
+  static ShmOptions FromConfig(const Config& config);
+};
+
+// Collective over the members of `boot` (every member calls it, in the same order for every set):
+// on success *out is the plane, or null when it cannot be used here (the reason logged). An error
+// only when `boot` itself fails. world_ranks[r] is set rank r's world rank (for messages).
+Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
+                         const ShmOptions& options, std::unique_ptr<HostComm>* out);
+
+// Wraps `inner`: every process set it creates gets the shared-memory plane where it can be used.
+std::unique_ptr<Transport> MakeShmTransport(std::unique_ptr<Transport> inner,
+                                            const ShmOptions& options);
+
+}  // namespace shm
+}  // namespace hvdc
