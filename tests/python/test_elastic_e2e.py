@@ -78,6 +78,19 @@ def _horovodrun(tmp_path, flags, mode, total, commit_every, fail=None, on_tick=N
     return proc.returncode, output
 
 
+# What a core without elastic recovery says at init() (core/config.cc): there a survivor that
+# waited on a peer which shut down after the loss may fail with a plain error instead of
+# HorovodInternalError, so a job can fail that the elastic core (elastic-core) brings through.
+_PRE_ELASTIC_CORE = "the core has no elastic recovery"
+
+
+def _assert_ok(code, out):
+    if code != 0 and _PRE_ELASTIC_CORE in out:
+        pytest.xfail("this core has no elastic recovery yet (a peer's clean shutdown fails the "
+                     "others with a plain error): needs the elastic core")
+    assert code == 0, out[-6000:]
+
+
 def _result(tmp_path, identity):
     with open(tmp_path / "out" / (identity.replace(":", "_") + ".json")) as f:
         return json.load(f)
@@ -110,7 +123,7 @@ def test_survivors_roll_back_to_the_last_commit_and_finish(tmp_path, mode):
                                        "-H", "localhost:2,127.0.0.2:1"],
                             "loop", total, commit_every,
                             fail={victim: {"at_step": 12, "mode": mode}})
-    assert code == 0, out[-6000:]
+    _assert_ok(code, out)
     assert "blacklisted host 127.0.0.2" in out
     results = [_result(tmp_path, i) for i in ("localhost:0", "localhost:1")]
     for result in results:
@@ -157,7 +170,7 @@ def test_discovered_worker_joins_with_the_state_then_leaves(tmp_path):
     code, out = _horovodrun(tmp_path, ["-np", "1", "--min-np", "1", "--max-np", "2",
                                        "--host-discovery-script", str(script)],
                             "loop", total, commit_every, on_tick=schedule)
-    assert code == 0, out[-6000:]
+    _assert_ok(code, out)
     assert schedule.stage == 2, "the job ended before the new worker committed"
     result = _result(tmp_path, "localhost:0")
     assert result["weights"] == [_loop_sum(total) / 4] * 4, out[-6000:]
@@ -193,7 +206,7 @@ def test_keras_fit_with_the_elastic_callbacks_survives_a_kill(tmp_path):
                                        "-H", "localhost:2,127.0.0.2:1"],
                             "keras", steps_per_epoch * epochs, commit_every,
                             fail={victim: {"at_step": steps_per_epoch + 3, "mode": "kill"}})
-    assert code == 0, out[-6000:]
+    _assert_ok(code, out)
     first, second = [_result(tmp_path, i) for i in ("localhost:0", "localhost:1")]
     assert first["weights"] == second["weights"], out[-6000:]
     for result in (first, second):
@@ -201,3 +214,76 @@ def test_keras_fit_with_the_elastic_callbacks_survives_a_kill(tmp_path):
         assert len(starts) == 2 and starts[0] == [0, 0] and starts[1] >= [1, 0], out[-6000:]
     # The layer's batch counter is a model variable: rolled back with the weights.
     assert first["weights"][-1] == steps_per_epoch * epochs
+
+
+def test_readme_recipe_with_the_keras_example(tmp_path):
+    """README's recipe, with examples/keras_elastic.py as train.py and a discovery script
+    (smaller: 2 workers, --short): the job trains and reports its accuracy."""
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    env = _env()
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-c", "from horovod_compat.runner.launch import main; main()",
+         "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", "./hosts.sh",
+         "python", os.path.join(ROOT, "examples", "keras_elastic.py"), "--short"],
+        env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=280)
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert "round 1: 2 workers on localhost" in result.stdout
+    accuracy = [float(line.rsplit(":", 1)[1]) for line in result.stdout.splitlines()
+                if "Test accuracy:" in line]
+    assert len(accuracy) == 1 and accuracy[0] > 0.5, result.stdout[-6000:]
+
+
+def _netns_cluster():
+    """The pretend cluster's script when its hosts hvhost1..3 are up, else None (as
+    test_tcp_launch.py finds it)."""
+    path = os.environ.get("HVDC_NETNS_CLUSTER")
+    if not path:  # next to the repository, or to the folder of its worktrees
+        for parent in (os.path.dirname(ROOT), os.path.dirname(os.path.dirname(ROOT))):
+            path = os.path.join(parent, "shared", "tools", "netns-cluster")
+            if os.access(path, os.X_OK):
+                break
+    if not os.access(path, os.X_OK):
+        return None
+    try:
+        hosts = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True,
+                               timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if {"hvhost1", "hvhost2", "hvhost3"} <= set(hosts) else None
+
+
+@pytest.mark.skipif(_netns_cluster() is None,
+                    reason="the netns cluster is not up (netns-cluster up 3; set "
+                           "HVDC_NETNS_CLUSTER to its script)")
+def test_netns_cluster_survives_a_host_cut_off(tmp_path):
+    """3 hosts of the netns cluster, one worker each; hvhost3 is cut off the network mid-job:
+    the survivors notice (heartbeats), its worker is dropped after the elastic timeout, and
+    hvhost1 and hvhost2 finish with the committed weights."""
+    cluster = _netns_cluster()
+    total, commit_every = 400, 10
+    cut = {"done": False}
+
+    def cut_when_running(_out_dir):
+        if not cut["done"] and len(_commits(tmp_path, "hvhost3:0")) >= 2:
+            subprocess.run([cluster, "cut", "3"], check=True, timeout=30)
+            cut["done"] = True
+
+    try:
+        code, out = _horovodrun(tmp_path, ["-np", "3", "--min-np", "2", "--elastic-timeout", "20",
+                                           "-H", "hvhost1:1,hvhost2:1,hvhost3:1",
+                                           "--remote-shell", f"{cluster} rsh"],
+                                "loop", total, commit_every, on_tick=cut_when_running)
+    finally:
+        if cut["done"]:
+            subprocess.run([cluster, "heal", "3"], timeout=30)
+    assert cut["done"], out[-6000:]
+    _assert_ok(code, out)
+    results = [_result(tmp_path, i) for i in ("hvhost1:0", "hvhost2:0")]
+    for result in results:
+        assert result["weights"] == [_loop_sum(total) / 4] * 4, out[-6000:]
+        assert result["step"] == total and result["size"] == 2
+        assert _starts(result)[0] == 0 and _starts(result)[-1] % commit_every == 0
