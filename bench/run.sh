@@ -8,7 +8,7 @@
 #                                more, skipped with a note when .venv / B7_PYTHON is missing)
 #   bench/run.sh --full          the counts BENCHMARKS.md asks for (B4: 10,000 iterations, ...)
 #   bench/run.sh --np-extra      also np=3 and np=4, oversubscribed
-#   bench/run.sh --only b1,b4    a subset of b0 b1 b2 b3 b4 b4i b6 (hvdc_bench) and b5 b5o b7 b8
+#   bench/run.sh --only b1,b4    a subset of b0 b1 b2 b3 b4 b4i b6 (hvdc_bench) and b5 b5o b7 b8 b9
 #                                (through TensorFlow: bench/run_tf.sh, with .venv or PY/B7_PYTHON)
 #   bench/run.sh --only b7       B7 alone, the path through TensorFlow (runs hvdc_bench b1/b3/b4
 #                                itself, then the TF ops); --quick: fewer iterations, no profile
@@ -22,6 +22,12 @@
 #                                smoke run (one round, MobileNetV3Small 32x32; bound by the
 #                                start-up of 9 paths: 15 min on the 2-core VM at load 15, a few
 #                                on a quiet one)
+#   bench/run.sh --only b9       B9, what elasticity costs (bench/b9_elastic.py): real horovodrun
+#                                elastic jobs on this machine's aliases -- a worker SIGKILLed to
+#                                the survivors' next step, a discovered worker's join split into
+#                                discovery, start-up, the others' next commit and the join's own
+#                                cost, and the step time elastic vs static; never in the default
+#                                list. --quick: a smoke run (few steps, small tensors)
 #   bench/run.sh --only b5,b5o   B5 (Keras model.fit: ours vs MultiWorkerMirroredStrategy;
 #                                MODEL=resnet50 for ResNet-50) and the ResNet-50 overhead check;
 #                                never in the default list (minutes each)
@@ -54,6 +60,7 @@ TIMEOUT=900
 EXTRA=()
 B7_ARGS=()
 B8_ARGS=()
+B9_ARGS=()
 BIN=
 TRANSPORT=mpi
 TCP_IFACE=lo
@@ -67,7 +74,7 @@ while [[ $# -gt 0 ]]; do
     --full) FULL=1 ;;
     --np-extra) NP_EXTRA=1 ;;
     --only) ONLY=$2; ONLY_GIVEN=1; shift ;;
-    --quick) B7_ARGS+=(--quick); B8_ARGS+=(--quick) ;;
+    --quick) B7_ARGS+=(--quick); B8_ARGS+=(--quick); B9_ARGS+=(--quick) ;;
     --rounds) B8_ARGS+=(--rounds "$2"); shift ;;
     --build-dir) BUILD=$(realpath -m "$2"); shift ;;
     --bin) BIN=$(realpath -m "$2"); shift ;;
@@ -91,7 +98,8 @@ take() {  # removes $1 from ONLY; true if it was there
   [[ ,$ONLY, == *,$1,* ]] || return 1
   ONLY=$(echo ",$ONLY," | sed "s/,$1,/,/g; s/^,//; s/,\$//")
 }
-RUN_B5=0 RUN_B5O=0 RUN_B7=0 RUN_B8=0
+RUN_B5=0 RUN_B5O=0 RUN_B7=0 RUN_B8=0 RUN_B9=0
+take b9 && RUN_B9=1  # only when asked for: never in the default list
 take b5 && RUN_B5=1
 take b5o && RUN_B5O=1
 if take b8; then
@@ -260,6 +268,21 @@ if [[ $RUN_B8 == 1 ]]; then
     echo "run.sh: b8: no python at $B8_PY (scripts/install_python.sh makes .venv;" \
       "B8_PYTHON picks another)" >&2
     FAILED+=(b8)
+  fi
+fi
+if [[ $RUN_B9 == 1 ]]; then
+  echo
+  echo "################ b9  elastic: a lost worker, a joining worker, steps elastic vs static"
+  [[ $TRANSPORT == mpi ]] || echo "run.sh: b9 runs its own elastic jobs (--transport $TRANSPORT ignored)"
+  B9_PY=${B9_PYTHON:-${B7_PYTHON:-$ROOT/.venv/bin/python}}
+  if [[ -x $B9_PY ]]; then
+    "$B9_PY" "$ROOT/bench/b9_elastic.py" run --python "$B9_PY" --json "$OUT/b9-elastic.json" \
+      --timeout "$((TIMEOUT < 600 ? TIMEOUT : 600))" "${B9_ARGS[@]}" ||
+      { echo "run.sh: b9 FAILED" >&2; FAILED+=(b9); }
+  else
+    echo "run.sh: b9: no python at $B9_PY (scripts/install_python.sh makes .venv;" \
+      "B9_PYTHON picks another)" >&2
+    FAILED+=(b9)
   fi
 fi
 if [[ $RUN_B5 == 1 ]]; then

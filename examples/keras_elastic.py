@@ -5,7 +5,7 @@
     horovodrun -np 2 --min-np 1 -H hostA:1,hostB:1 python examples/keras_elastic.py
     horovodrun -np 2 python examples/keras_elastic.py [--short]   (a fixed job works too)
 
-(docs/elastic_training.md has a discovery script and what happens on a reset.) Reads the IDX
+(docs/elastic.md has a discovery script and what happens on a reset.) Reads the IDX
 files from Debian's /usr/share/datasets/fashion-mnist (or --data-dir).
 
 Every epoch walks one permutation of the training set (the same on every worker) in global

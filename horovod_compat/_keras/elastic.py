@@ -5,7 +5,7 @@ Together they keep ``state.epoch`` (epochs finished) and ``state.batch`` (batche
 the current epoch) equal to the training the committed weights contain, whatever order the
 callbacks are listed in: a commit falls due at a batch's or epoch's end but is taken just
 before the next batch or epoch starts (or when ``fit`` ends), after every callback has seen the
-end. A resumed job then repeats no committed batch and skips none (docs/elastic_training.md).
+end. A resumed job then repeats no committed batch and skips none (docs/elastic.md).
 """
 
 from typing import Any, Dict, Optional

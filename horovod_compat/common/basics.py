@@ -58,7 +58,7 @@ class HorovodBasics:
         elastic = comm is None and _elastic_rendezvous.configured(os.environ)
         if elastic:
             # An elastic worker takes its rank and size from the launcher's current round
-            # (docs/elastic_training.md); the variables it was started with may be stale.
+            # (docs/elastic.md); the variables it was started with may be stale.
             _elastic_rendezvous.join_round(os.environ)
         # A TF_CONFIG cluster becomes the identity variables the TCP transport reads.
         _launch_env.prepare(os.environ)

@@ -1,5 +1,5 @@
 """Elastic training shared by the frontends (``horovod.common.elastic``;
-docs/elastic_training.md).
+docs/elastic.md).
 
 A ``State`` holds what a training loop must keep across a failure: ``commit()`` snapshots it
 in host memory, ``restore()`` rolls back to the last snapshot, ``sync()`` gives every rank rank

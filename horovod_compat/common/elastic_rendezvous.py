@@ -1,4 +1,4 @@
-"""The worker's side of the elastic launcher's rendezvous (docs/elastic_training.md).
+"""The worker's side of the elastic launcher's rendezvous (docs/elastic.md).
 
 An elastic worker (``HOROVOD_ELASTIC=1``, started by ``horovodrun`` in elastic mode) does not
 trust the rank and size it was started with: at every ``init()`` it tells the launcher it is

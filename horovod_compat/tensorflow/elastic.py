@@ -1,4 +1,4 @@
-"""Elastic training for TensorFlow (``horovod.tensorflow.elastic``; docs/elastic_training.md).
+"""Elastic training for TensorFlow (``horovod.tensorflow.elastic``; docs/elastic.md).
 
 ``TensorFlowState`` and ``TensorFlowKerasState`` keep variables (and any extra keyword values)
 across failures: ``commit()`` copies them to host memory, ``restore()`` assigns the copy back,

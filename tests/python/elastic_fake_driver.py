@@ -1,5 +1,5 @@
 """A stand-in for the elastic launcher's side of the rendezvous, for tests where the test
-itself plays the driver (docs/elastic_training.md; the real driver lives in horovodrun).
+itself plays the driver (docs/elastic.md; the real driver lives in horovodrun).
 
 It is the launcher's rendezvous service (runner/rendezvous.py's request handler, so the core's
 ``PUT/GET /<scope>/<key>`` and the HMAC signatures work exactly as in a job) plus the three

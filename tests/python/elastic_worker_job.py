@@ -6,6 +6,11 @@ MODE ``loop``: a ``tf.function`` step under ``hvd.elastic.run`` with a ``TensorF
 ``keras``: Keras 3 ``fit`` with the elastic callbacks and a ``KerasState``; ``tf_keras``: the
 same with tf_keras (the test sets TF_USE_LEGACY_KERAS=1).
 
+Under the real launcher (test_elastic_e2e.py) ``HVDC_E2E_FAIL`` may hold JSON
+``{"<host>:<local_rank>": {"at_step": k, "mode": "kill" | "raise"}}``: that worker SIGKILLs
+itself, or raises, once its training reaches position k. Each commit also appends
+"<position> <sum of the weights>" to ``OUT_DIR/<identity>.commits``.
+
 Every step adds the average over the ranks of ``step + 1`` to the weights, so whatever the
 number of workers the weights after steps 0..n-1 are exactly sum(1..n), and a step repeated
 without a rollback, or skipped, shows. Progress (the committed step) goes to
@@ -15,6 +20,7 @@ without a rollback, or skipped, shows. Progress (the committed step) goes to
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -33,6 +39,16 @@ STEP_SECONDS = 0.05
 
 events = []
 
+_FAIL = json.loads(os.environ.get("HVDC_E2E_FAIL") or "{}").get(IDENTITY.replace("_", ":"))
+
+
+def _maybe_fail(position: int) -> None:
+    if _FAIL is None or position != _FAIL["at_step"]:
+        return
+    if _FAIL["mode"] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise ValueError(f"{IDENTITY}: planned failure at step {position}")
+
 
 def _write_progress(step: int) -> None:
     path = os.path.join(OUT_DIR, IDENTITY + ".progress")
@@ -47,9 +63,14 @@ class ProgressState:
     def position(self) -> int:
         raise NotImplementedError
 
+    def weight_sum(self) -> float:
+        raise NotImplementedError
+
     def commit(self):  # commits go through commit(): the Keras callback's too
         super().commit()
         _write_progress(self.position())
+        with open(os.path.join(OUT_DIR, IDENTITY + ".commits"), "a") as f:
+            f.write(f"{self.position()} {self.weight_sum()!r}\n")
 
 
 def _on_reset():
@@ -62,6 +83,9 @@ def run_loop():
     class State(ProgressState, hvd.elastic.TensorFlowState):
         def position(self):
             return self.step
+
+        def weight_sum(self):
+            return float(weights.numpy().sum())
 
     state = State([weights], step=0)
     state.register_reset_callbacks([_on_reset])
@@ -78,6 +102,7 @@ def run_loop():
         while state.step < TOTAL:
             train_step(tf.constant(state.step))
             state.step += 1
+            _maybe_fail(state.step)
             time.sleep(STEP_SECONDS)
             if state.step % COMMIT_EVERY == 0:
                 state.commit()
@@ -116,6 +141,9 @@ def run_keras():
     class State(ProgressState, hvdk.elastic.KerasState):
         def position(self):
             return self.epoch * steps_per_epoch + self.batch
+
+        def weight_sum(self):
+            return float(sum(np.sum(w) for w in model.get_weights()))
     state = State(model, epoch=0, batch=0)
     state.register_reset_callbacks([_on_reset])
     # The same data on every rank: the averaged gradient is the one-process gradient.
@@ -124,6 +152,7 @@ def run_keras():
 
     class Slow(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
+            _maybe_fail(state.position())
             time.sleep(STEP_SECONDS)
 
     @hvdk.elastic.run

@@ -540,7 +540,7 @@ def check_elastic_state(flavour):
                      hvdk.elastic.UpdateBatchStateCallback(counting),
                      hvdk.elastic.UpdateEpochStateCallback(counting)])
     # Due every per_commit batches (counted across epochs) and at each epoch's end; one due at
-    # an epoch's last batch is replaced by the epoch's (docs/elastic_training.md).
+    # an epoch's last batch is replaced by the epoch's (docs/elastic.md).
     expected_commits = sum(1 for n in range(1, steps * epochs + 1)
                            if n % per_commit == 0 and n % steps != 0) + epochs
     assert Counting.commits == expected_commits, Counting.commits
