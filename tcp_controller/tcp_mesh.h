@@ -62,6 +62,11 @@ struct MeshOptions {
   // Send/Recv fails with its error, also towards the live peers -- a rank blocked on a live peer
   // that itself gave up would otherwise wait forever. Off, the other peers stay usable.
   bool end_on_loss = false;
+  // A peer that said goodbye and then closed while an operation still waits for it fails that
+  // operation as a lost peer (kPeerLost, HorovodInternalError in Python) instead of a plain error.
+  // Set in an elastic job: a rank that leaves early (it saw another rank die and shut down to
+  // re-form the world) means this world is over too, and the survivor must re-initialise.
+  bool goodbye_is_loss = false;
   // Where the peer list came from, for error messages ("HVDC_TCP_PEERS", "TF_CONFIG", the
   // rendezvous service and its variables).
   std::string source = "HVDC_TCP_PEERS";

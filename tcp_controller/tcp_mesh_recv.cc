@@ -45,8 +45,15 @@ void Mesh::Impl::EndReadLocked(int p, const boost::system::error_code& ec) {
     pr.eof = true;  // the peer's half-close, or our own final close
   } else if (!mid && ec == asio::error::eof && pr.said_bye) {
     // A peer that finished its job first: the error matters only to an operation still waiting
-    // for that peer.
+    // for that peer. In an elastic job that operation's world is over (options.goodbye_is_loss).
+    const bool first_error = pr.error.ok();
     FailPeerLocked(p, "closed the connection", /*warn=*/false, /*lost=*/false);
+    if (first_error && options.goodbye_is_loss) {
+      pr.error = Status::PeerLost(
+          fmt::format("TCP transport: {} shut down and left the job while this rank still "
+                      "needed it",
+                      Describe(p)));
+    }
   } else if (pr.error.ok()) {
     FailPeerLocked(p, Ended(ec, mid));
   }

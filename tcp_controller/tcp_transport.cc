@@ -142,6 +142,7 @@ Status MakeTcpTransport(const Config& config, std::unique_ptr<Transport>* out) {
       std::chrono::milliseconds(static_cast<int64_t>(config.peer_timeout_s * 1000.0));
   // The runtime ends the job on a lost peer: no operation may stay blocked on a live one.
   options.end_on_loss = true;
+  options.goodbye_is_loss = config.elastic;
   std::unique_ptr<rendezvous::HttpStore> store;
   if (id.peers.empty()) {
     Status reached =

@@ -573,5 +573,32 @@ TEST(TcpMesh, HeartbeatsKeepIdlePeersAndReportLoss) {
   closer.join();
 }
 
+// A rank waiting on a peer that shuts down (goodbye, then close) gets an error naming it: a plain
+// one in a static job, a lost peer (kPeerLost: Python's HorovodInternalError) in an elastic job
+// (goodbye_is_loss), where the world must re-form.
+TEST(TcpMesh, GoodbyeWhileWaitedForIsALossOnlyWhenAsked) {
+  for (bool goodbye_is_loss : {false, true}) {
+    rendezvous::InMemoryStore store;
+    std::vector<std::shared_ptr<tcp::Mesh>> meshes(2);
+    tcp_test::RunRanks(2, [&](int r) {
+      tcp::MeshOptions o = tcp_test::StoreOptions(&store, r, 2);
+      o.goodbye_is_loss = goodbye_is_loss;
+      Status s = tcp::Mesh::Create(o, &meshes[r]);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    });
+    Status waited;
+    std::thread waiter([&] {
+      std::string message;
+      waited = meshes[0]->Recv(1, 9, &message);  // rank 1 never sends on channel 9
+    });
+    meshes[1]->Close();
+    waiter.join();
+    ASSERT_FALSE(waited.ok());
+    EXPECT_EQ(waited.code() == StatusCode::kPeerLost, goodbye_is_loss) << waited.ToString();
+    EXPECT_NE(waited.message().find("rank 1"), std::string::npos) << waited.ToString();
+    meshes[0]->Close();
+  }
+}
+
 }  // namespace
 }  // namespace hvdc
