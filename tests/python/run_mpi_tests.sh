@@ -63,12 +63,31 @@ tail_rank_logs() {
   done
 }
 
+# A process of the single-rank run that dies of a signal (SIGSEGV inside TensorFlow or the
+# runtime) leaves a core file in $ROOT (the kernel's core_pattern here is "core"): print every
+# thread's native stack from it, so a rare crash can be read from CI's log, then remove it.
+native_crash_report() {
+  local core
+  for core in "$ROOT"/core "$ROOT"/core.[0-9]*; do
+    [[ -f "$core" ]] || continue
+    echo "--- native stacks from $core ---"
+    if command -v gdb >/dev/null; then
+      timeout 300 gdb -q -batch -ex "bt 30" -ex "thread apply all bt 25" "$PY" "$core" 2>&1 |
+        grep -v "^\[New LWP" | head -n 400
+    else
+      echo "(gdb is not installed: no stacks)"
+    fi
+    rm -f "$core"
+  done
+}
+
 status=0
 for np in $NPS; do
   echo "=== horovod_compat TensorFlow tests, np=$np ==="
   if [[ "$np" == 1 ]]; then
-    (cd "$ROOT" && timeout "$TIMEOUT" "${PYTEST[@]}")
+    (cd "$ROOT" && ulimit -c unlimited 2>/dev/null; timeout "$TIMEOUT" "${PYTEST[@]}")
     rc=$?
+    (( rc > 128 )) && native_crash_report
   else
     extra=()
     if (( np > 2 )); then
