@@ -37,9 +37,9 @@ def _env(fail=None):
     env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, env.get("PYTHONPATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    # Until the elastic core disarms the static jobs' peer-loss exit timer in elastic jobs,
-    # keeps the survivors alive after a loss.
-    env["HOROVOD_PEER_LOSS_EXIT_SECONDS"] = "0"
+    # A short peer-loss exit timer: a static job's survivors would exit 1 s after a loss; an
+    # elastic job must not arm it (core/runtime_shutdown.cc), or the survivors never re-form.
+    env["HOROVOD_PEER_LOSS_EXIT_SECONDS"] = "1"
     if fail:
         env["HVDC_E2E_FAIL"] = json.dumps(fail)
     return env
@@ -78,16 +78,7 @@ def _horovodrun(tmp_path, flags, mode, total, commit_every, fail=None, on_tick=N
     return proc.returncode, output
 
 
-# What a core without elastic recovery says at init() (core/config.cc): there a survivor that
-# waited on a peer which shut down after the loss may fail with a plain error instead of
-# HorovodInternalError, so a job can fail that the elastic core (elastic-core) brings through.
-_PRE_ELASTIC_CORE = "the core has no elastic recovery"
-
-
 def _assert_ok(code, out):
-    if code != 0 and _PRE_ELASTIC_CORE in out:
-        pytest.xfail("this core has no elastic recovery yet (a peer's clean shutdown fails the "
-                     "others with a plain error): needs the elastic core")
     assert code == 0, out[-6000:]
 
 

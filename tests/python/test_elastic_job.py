@@ -63,9 +63,8 @@ def _start(driver, identity, mode, out_dir, total, commit_every):
     env["HOROVOD_ELASTIC_TIMEOUT"] = "120"
     if mode == "tf_keras":
         env["TF_USE_LEGACY_KERAS"] = "1"
-    # Keeps the survivors alive after the loss also with a core that still arms the static
-    # jobs' exit timer in elastic jobs (the elastic core does not).
-    env["HOROVOD_PEER_LOSS_EXIT_SECONDS"] = "0"
+    # A short peer-loss exit timer, which an elastic job must not arm (the survivors re-form).
+    env["HOROVOD_PEER_LOSS_EXIT_SECONDS"] = "1"
     log = open(os.path.join(out_dir, identity.replace(":", "_") + ".log"), "w")
     return subprocess.Popen([sys.executable, JOB, mode, out_dir, str(total), str(commit_every)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)

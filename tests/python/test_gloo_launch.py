@@ -359,14 +359,9 @@ def test_job_ranks_get_their_identity(tmp_path, np, hosts):
         assert f"[{r}]<stderr>:error line from rank {r}\n" in err
         assert f"horovodrun: rank {r} on " in out     # --verbose
     assert "horovodrun: rendezvous service on 127.0.0.1:" in out
-    # Every rank is local: each is pinned to its share of the launcher's cores when they do not
-    # outnumber them, else runs where the launcher may.
-    cores = binding.local_cores()
-    share = len(cores) // np
+    # Not pinned by default (binding.py): every rank runs where the launcher may.
     for r in range(np):
-        expected = (sorted(c for core in cores[r * share:(r + 1) * share] for c in core)
-                    if np <= len(cores) else sorted(os.sched_getaffinity(0)))
-        assert reports[r]["cpus"] == expected
+        assert reports[r]["cpus"] == sorted(os.sched_getaffinity(0))
 
 
 @needs_single_process
@@ -377,6 +372,21 @@ def test_binding_args_none_leaves_gloo_ranks_unpinned(tmp_path):
     assert launcher.returncode == 0, (out, err)
     reports = _reports(tmp_path, 2)
     assert [reports[r]["cpus"] for r in range(2)] == [sorted(os.sched_getaffinity(0))] * 2
+
+
+@needs_single_process
+@pytest.mark.timeout(120)
+def test_binding_args_core_pins_gloo_ranks_to_their_share(tmp_path):
+    launcher = _start(tmp_path, ["-np", "2", "--binding-args=--bind-to core"])
+    out, err = launcher.communicate(timeout=90)
+    assert launcher.returncode == 0, (out, err)
+    reports = _reports(tmp_path, 2)
+    cores = binding.local_cores()
+    share = len(cores) // 2
+    for r in range(2):
+        expected = (sorted(c for core in cores[r * share:(r + 1) * share] for c in core)
+                    if share else sorted(os.sched_getaffinity(0)))
+        assert reports[r]["cpus"] == expected
 
 
 @needs_single_process
