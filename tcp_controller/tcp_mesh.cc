@@ -286,13 +286,34 @@ void Mesh::Close() {
     ::shutdown(m.peers[p].fd, SHUT_WR);
   }
   {
+    // Heartbeats stop while closing, so this wait watches the silence itself: a peer that has
+    // sent nothing for the peer timeout is dead or cut off (a live one beats until it closes,
+    // and then half-closes too) and is not waited for -- else a survivor's shutdown after a
+    // host's loss would last the whole connect timeout, or until the link came back.
+    const auto silent = [&m](int p, std::chrono::steady_clock::time_point now) {
+      if (m.options.peer_timeout.count() == 0) return false;
+      const std::chrono::steady_clock::time_point heard(std::chrono::steady_clock::duration(
+          m.peers[p].last_heard.load(std::memory_order_relaxed)));
+      return now - heard > m.options.peer_timeout;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + m.options.timeout;
+    const auto poll = m.options.peer_timeout.count() > 0
+                          ? std::min<std::chrono::milliseconds>(m.options.peer_timeout / 4,
+                                                                std::chrono::milliseconds(250))
+                          : m.options.timeout;
     std::unique_lock<std::mutex> lock(m.mu);
-    const bool all = m.cv.wait_for(lock, m.options.timeout, [&] {
+    bool all = false;
+    for (;;) {
+      const auto now = std::chrono::steady_clock::now();
+      all = true;
       for (int p = 0; p < m.options.size; ++p) {
-        if (p != m.options.rank && !m.peers[p].eof && m.peers[p].error.ok()) return false;
+        if (p != m.options.rank && !m.peers[p].eof && m.peers[p].error.ok() && !silent(p, now)) {
+          all = false;
+        }
       }
-      return true;
-    });
+      if (all || now >= deadline) break;
+      m.cv.wait_for(lock, std::min<std::chrono::steady_clock::duration>(poll, deadline - now));
+    }
     if (!all) {
       LogWarning(
           "TCP transport: rank {} closed its connections without every peer closing theirs "

@@ -278,3 +278,75 @@ def test_netns_cluster_survives_a_host_cut_off(tmp_path):
         assert result["weights"] == [_loop_sum(total) / 4] * 4, out[-6000:]
         assert result["step"] == total and result["size"] == 2
         assert _starts(result)[0] == 0 and _starts(result)[-1] % commit_every == 0
+
+
+class _HostLostThenBack:
+    """Once hvhost3's worker committed twice, the host is lost: its processes SIGKILLed, its
+    link cut and discovery no longer lists it. Once hvhost1 committed twice more without it,
+    the link comes back and discovery lists hvhost3 again."""
+
+    def __init__(self, tmp_path, cluster):
+        self.tmp_path, self.cluster = tmp_path, cluster
+        self.hosts_file = tmp_path / "hosts.txt"
+        self.hosts_file.write_text("hvhost1:1\nhvhost2:1\nhvhost3:1\n")
+        self.stage, self.commits_at_loss, self.victim_commits = 0, 0, []
+
+    def __call__(self, _out_dir):
+        if self.stage == 0 and len(_commits(self.tmp_path, "hvhost3:0")) >= 2:
+            pids = subprocess.run(["ip", "netns", "pids", "hvhost3"], stdout=subprocess.PIPE,
+                                  text=True, timeout=30).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except OSError:
+                    pass
+            subprocess.run([self.cluster, "cut", "3"], check=True, timeout=30)
+            self.hosts_file.write_text("hvhost1:1\nhvhost2:1\n")
+            self.commits_at_loss = len(_commits(self.tmp_path, "hvhost1:0"))
+            self.victim_commits = _commits(self.tmp_path, "hvhost3:0")
+            self.stage = 1
+        elif self.stage == 1 and \
+                len(_commits(self.tmp_path, "hvhost1:0")) >= self.commits_at_loss + 2:
+            subprocess.run([self.cluster, "heal", "3"], check=True, timeout=30)
+            self.hosts_file.write_text("hvhost1:1\nhvhost2:1\nhvhost3:1\n")
+            self.stage = 2
+
+
+@pytest.mark.skipif(_netns_cluster() is None,
+                    reason="the netns cluster is not up (netns-cluster up 3; set "
+                           "HVDC_NETNS_CLUSTER to its script)")
+def test_netns_cluster_host_lost_then_listed_again_rejoins(tmp_path):
+    """3 hosts of the netns cluster found by a discovery script; hvhost3 dies (its processes
+    killed, its link cut, gone from discovery): the two others go on from the last commit;
+    it comes back and is listed again: after its blacklist cooldown a new worker there joins
+    with the committed state, and the job ends as a job of three."""
+    cluster = _netns_cluster()
+    total, commit_every = 1200, 10
+    schedule = _HostLostThenBack(tmp_path, cluster)
+    script = tmp_path / "hosts.sh"
+    script.write_text(f"#!/bin/sh\ncat {schedule.hosts_file}\n")
+    script.chmod(0o755)
+    try:
+        code, out = _horovodrun(tmp_path, ["-np", "3", "--min-np", "2", "--max-np", "3",
+                                           "--host-discovery-script", str(script),
+                                           "--blacklist-cooldown-range", "1", "2",
+                                           "--elastic-timeout", "60",
+                                           "--remote-shell", f"{cluster} rsh"],
+                                "loop", total, commit_every, on_tick=schedule, timeout=280)
+    finally:
+        if schedule.stage == 1:
+            subprocess.run([cluster, "heal", "3"], timeout=30)
+    assert schedule.stage == 2, out[-6000:]
+    _assert_ok(code, out)
+    assert "blacklisted host hvhost3" in out
+    results = [_result(tmp_path, i) for i in ("hvhost1:0", "hvhost2:0", "hvhost3:0")]
+    for result in results:
+        assert result["weights"] == [_loop_sum(total) / 4] * 4, out[-6000:]
+        assert result["step"] == total and result["size"] == 3
+    sizes = [e["reset_to_size"] for e in results[0]["events"] if "reset_to_size" in e]
+    assert sizes[0] == 2 and sizes[-1] == 3, results[0]["events"]
+    # The new worker on hvhost3 started from the others' committed state, past its
+    # predecessor's last commit (the commits file holds both workers' commits, in order).
+    rejoined = _commits(tmp_path, "hvhost3:0")
+    assert all(s == _loop_sum(p) for p, s in rejoined), rejoined
+    assert _starts(results[2])[0] > schedule.victim_commits[-1][0], results[2]["events"]

@@ -1,6 +1,9 @@
 // The TCP mesh over loopback: rendezvous (in-memory store, HTTP store, static list), framed
 // messages per (peer, channel), concurrent channels, and the per-peer errors.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -598,6 +601,59 @@ TEST(TcpMesh, GoodbyeWhileWaitedForIsALossOnlyWhenAsked) {
     EXPECT_NE(waited.message().find("rank 1"), std::string::npos) << waited.ToString();
     meshes[0]->Close();
   }
+}
+
+// A peer that goes silent just before the others close (here: stopped, as a host that died with
+// its network cut looks) is not waited for beyond the peer timeout: heartbeats stop while closing,
+// so Close() watches the silence itself instead of waiting out the connect timeout (an elastic
+// job's survivors once sat in shutdown until the lost host's link came back).
+TEST(TcpMesh, CloseDoesNotWaitForAPeerThatWentSilent) {
+  const int n = 3, kSilent = 2;
+  const auto peers = tcp_test::FreeLoopbackPeers(n);
+  const auto peer_timeout = std::chrono::milliseconds(tcp_test::kSanitizedBuild ? 8000 : 1000);
+  auto options = [&](int r) {
+    tcp::MeshOptions o;
+    o.rank = r;
+    o.size = n;
+    o.peers = peers;
+    o.timeout = std::chrono::seconds(600);  // far beyond the test's own bound below
+    o.peer_timeout = peer_timeout;
+    return o;
+  };
+  // The silent rank is a child process (forked before this process starts any thread) that
+  // stops itself once its mesh is up.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::shared_ptr<Mesh> mine;
+    if (!Mesh::Create(options(kSilent), &mine).ok()) _exit(2);
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  std::vector<std::shared_ptr<Mesh>> meshes(2);
+  RunRanks(2, [&](int r) {
+    Status s = Mesh::Create(options(r), &meshes[r]);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+  int status = 0;
+  const bool stopped = waitpid(child, &status, WUNTRACED) == child && WIFSTOPPED(status);
+  bool closed = false;
+  if (stopped && meshes[0] && meshes[1]) {
+    std::atomic<int> done{0};
+    std::thread closers([&] { RunRanks(2, [&](int r) { meshes[r]->Close(), ++done; }); });
+    const auto limit = std::chrono::steady_clock::now() + peer_timeout * 10;
+    while (done < 2 && std::chrono::steady_clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    closed = done == 2;
+    kill(child, SIGKILL);  // its connections reset: a Close still waiting returns
+    closers.join();
+  } else {
+    kill(child, SIGKILL);
+  }
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(stopped) << "the silent rank did not come up";
+  EXPECT_TRUE(closed) << "Close() waited on a peer silent for ten peer timeouts";
 }
 
 }  // namespace
