@@ -24,9 +24,10 @@ The parts (``--parts``):
              rendezvous of the new round, the state's broadcast); also the longest pause of
              the old rank 0's steps (it waits in init for the new worker).
     steady   the same job of 2 workers elastic (-np 2 --min-np 1 --max-np 2 -H localhost:2) and
-             static (horovodrun --gloo -np 2): the median time between consecutive steps of
-             rank 0 after a warm-up (commits included in both; an elastic commit also asks the
-             launcher for host updates).
+             static (horovodrun --gloo -np 2), alternating, --steady-rounds times: rank 0's
+             mean time per step after a warm-up, commits included in both (an elastic commit
+             also asks the launcher for host updates and broadcasts the answer); each step
+             sleeps --steady-step-seconds after its allreduce, standing for the compute.
 
 The jobs run with the defaults (an elastic job arms no peer-loss exit timer). Timings on a
 loaded machine mean little: run it on a quiet one.
@@ -216,29 +217,32 @@ def measure_join(args: argparse.Namespace, out_dir: str) -> Dict[str, Any]:
 
 
 def measure_steady(args: argparse.Namespace, out_dir: str) -> Dict[str, Any]:
-    result: Dict[str, Any] = {}
-    # horovodrun --gloo pins local ranks by default, the elastic launcher does not: the static
-    # job unpinned is the like-for-like reference.
-    for name, flags in (("elastic", ["-np", "2", "--min-np", "1", "--max-np", "2",
-                                     "-H", "localhost:2"]),
-                        ("static", ["--gloo", "-np", "2"]),
-                        ("static_unpinned", ["--gloo", "-np", "2",
-                                             "--binding-args", "--bind-to none"])):
-        job_dir = os.path.join(out_dir, name)
-        os.makedirs(job_dir)
-        job = Job(args.python, flags, job_dir, args.steady_steps, args.commit_every, args.elems,
-                  0.0)
-        code = job.finish(args.timeout)
-        if code != 0:
-            raise RuntimeError(f"the {name} job failed (code {code}); its output ended "
-                               f"with:\n{job.tail()}")
-        rank0 = next(i for i in ("localhost:0", "localhost_0", "localhost:1")
-                     if any(e.get("rank") == 0 for e in job.events(i)))
-        times = [e["t"] for e in _steps(job.events(rank0))]
-        gaps = [b - a for a, b in zip(times, times[1:])][args.steady_steps // 5:]
-        result[f"{name}_step_ms"] = statistics.median(gaps) * 1e3
-    result["elastic_over_static_unpinned"] = \
-        result["elastic_step_ms"] / result["static_unpinned_step_ms"]
+    """Alternating rounds of the same job elastic and static (``--gloo``; neither pins ranks):
+    the mean time per step of rank 0 after a warm-up, commits included (a median would skip
+    the commit steps, which are where the two differ)."""
+    result: Dict[str, Any] = {"step_seconds": args.steady_step_seconds, "rounds": []}
+    jobs = (("elastic", ["-np", "2", "--min-np", "1", "--max-np", "2", "-H", "localhost:2"]),
+            ("static", ["--gloo", "-np", "2"]))
+    for round_index in range(args.steady_rounds):
+        means: Dict[str, float] = {}
+        for name, flags in jobs:
+            job_dir = os.path.join(out_dir, f"{name}{round_index}")
+            os.makedirs(job_dir)
+            job = Job(args.python, flags, job_dir, args.steady_steps, args.commit_every,
+                      args.elems, args.steady_step_seconds)
+            code = job.finish(args.timeout)
+            if code != 0:
+                raise RuntimeError(f"the {name} job failed (code {code}); its output ended "
+                                   f"with:\n{job.tail()}")
+            rank0 = next(i for i in ("localhost:0", "localhost_0", "localhost:1")
+                         if any(e.get("rank") == 0 for e in job.events(i)))
+            times = [e["t"] for e in _steps(job.events(rank0))][args.steady_steps // 5:]
+            means[f"{name}_step_ms"] = (times[-1] - times[0]) / (len(times) - 1) * 1e3
+        means["elastic_over_static"] = means["elastic_step_ms"] / means["static_step_ms"]
+        result["rounds"].append(means)
+    ratios = [r["elastic_over_static"] for r in result["rounds"]]
+    result["elastic_over_static_median"] = statistics.median(ratios)
+    result["elastic_over_static_range"] = [min(ratios), max(ratios)]
     return result
 
 
@@ -251,6 +255,10 @@ def report(results: Dict[str, Any]) -> None:
     for part, values in results["parts"].items():
         print(f"  {part}")
         for key, value in values.items():
+            if key == "rounds":
+                for i, one in enumerate(value):
+                    print(f"    round {i}: " + ", ".join(f"{k} {v:.3f}" for k, v in one.items()))
+                continue
             shown = f"{value:.3f}" if isinstance(value, float) else str(value)
             print(f"    {key:<30} {shown}")
 
@@ -269,6 +277,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     run.add_argument("--after-steps", type=int, default=400,
                      help="steps of the kill job after the warm-up")
     run.add_argument("--steady-steps", type=int, default=2000)
+    run.add_argument("--steady-rounds", type=int, default=3,
+                     help="alternating elastic/static rounds of the steady part")
+    run.add_argument("--steady-step-seconds", type=float, default=0.01,
+                     help="sleep after each step of the steady jobs: the compute of a "
+                          "training step (0: the runtime alone, where noise dominates)")
     run.add_argument("--timeout", type=float, default=600)
     run.add_argument("--json")
     rep = sub.add_parser("report")
@@ -289,6 +302,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     if args.quick:
         args.after_steps, args.steady_steps, args.elems = 60, 100, 1024
+        args.steady_rounds = 1
     results: Dict[str, Any] = {"config": {"elems": args.elems, "commit_every": args.commit_every,
                                           "quick": args.quick}, "parts": {}}
     with tempfile.TemporaryDirectory(prefix="b9-") as tmp:

@@ -93,6 +93,7 @@ class HorovodBasics:
 
     def shutdown(self) -> None:
         """Stops the runtime; later collectives fail."""
+        _elastic_rendezvous.stop_hosts_event_watch()
         _core.shutdown()
         _ps.global_process_set.ranks = []
 

@@ -95,7 +95,7 @@ class State:
                 previous = max(previous, elastic_rendezvous.round_hosts_event())
                 latest = max(latest, previous)
                 try:
-                    timestamp, kind = elastic_rendezvous.hosts_event(os.environ)
+                    timestamp, kind = elastic_rendezvous.watched_hosts_event(os.environ)
                     if timestamp > previous:
                         latest = max(latest, timestamp)
                         changes |= HostUpdateResult(kind)

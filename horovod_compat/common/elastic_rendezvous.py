@@ -20,6 +20,7 @@ where ``<identity>`` is ``HOROVOD_HOSTNAME:HOROVOD_LOCAL_RANK``, fixed for the p
 import http.client
 import json
 import os
+import threading
 import time
 import urllib.parse
 from typing import Dict, Mapping, MutableMapping, NamedTuple, Optional, Tuple
@@ -31,6 +32,9 @@ DEFAULT_TIMEOUT_SECONDS = 600.0
 POLL_SECONDS = 0.05
 # One request must not wait long on a launcher that stopped answering; polling retries.
 REQUEST_TIMEOUT_SECONDS = 30.0
+#: How often rank 0's watcher asks the launcher for host changes (the launcher itself runs the
+#: discovery script about once a second).
+HOSTS_EVENT_POLL_SECONDS = 0.25
 
 #: The variables an assignment sets, from its JSON keys.
 ASSIGNMENT_VARIABLES = (("rank", "HOROVOD_RANK"), ("size", "HOROVOD_SIZE"),
@@ -213,6 +217,7 @@ def join_round(env: MutableMapping[str, str] = os.environ,
                client: Optional[RendezvousClient] = None) -> Assignment:
     """Ready, then the assignment to the next round, written into ``env`` for the core."""
     global _last_round, _round_hosts_event
+    stop_hosts_event_watch()  # this process may not be rank 0 of the next round
     client = client or RendezvousClient.from_env(env)
     env.setdefault(IDENTITY_VARIABLE, client.identity)
     client.ready(_last_round)
@@ -228,3 +233,67 @@ def join_round(env: MutableMapping[str, str] = os.environ,
 def hosts_event(env: Mapping[str, str] = os.environ) -> Tuple[int, int]:
     """The launcher's latest host change, as ``RendezvousClient.hosts_event``."""
     return RendezvousClient.from_env(env).hosts_event()
+
+
+class HostsEventWatch:
+    """The launcher's latest host change as rank 0 last heard it: asked once at the start, then
+    every ``period`` seconds by a daemon thread, so that a commit reads it without a request of
+    its own (a request per commit held every rank in the commit's broadcast for rank 0's round
+    trip). An update reaches rank 0 at most ``period`` seconds after the launcher raised it."""
+
+    def __init__(self, client: RendezvousClient,
+                 period: float = HOSTS_EVENT_POLL_SECONDS) -> None:
+        self._client, self._period = client, period
+        self._lock = threading.Lock()
+        self._value = client.hosts_event()  # the first answer, or the error, before any commit
+        self._error: Optional[Exception] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hvdc-hosts-event", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                value = self._client.hosts_event()
+            except (OSError, RuntimeError, ValueError) as error:
+                with self._lock:
+                    self._error = error
+                continue
+            with self._lock:
+                self._value, self._error = value, None
+
+    def latest(self) -> Tuple[int, int]:
+        """(timestamp, kind); raises the last request's error while the launcher fails to
+        answer."""
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            return self._value
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=REQUEST_TIMEOUT_SECONDS)
+
+
+_watch: Optional[HostsEventWatch] = None
+_watch_lock = threading.Lock()
+
+
+def watched_hosts_event(env: Mapping[str, str] = os.environ) -> Tuple[int, int]:
+    """``hosts_event`` for rank 0's commits, through a ``HostsEventWatch`` started at the first
+    call and stopped at the next ``join_round`` (or ``stop_hosts_event_watch``)."""
+    global _watch
+    with _watch_lock:
+        if _watch is None:
+            _watch = HostsEventWatch(RendezvousClient.from_env(env))
+        watch = _watch
+    return watch.latest()
+
+
+def stop_hosts_event_watch() -> None:
+    global _watch
+    with _watch_lock:
+        watch, _watch = _watch, None
+    if watch is not None:
+        watch.stop()

@@ -6,6 +6,7 @@ same on every rank of an mpirun job."""
 
 import json
 import threading
+import time
 
 import pytest
 import tensorflow as tf
@@ -19,6 +20,23 @@ from horovod_compat.common.exceptions import HorovodInternalError, HostsUpdatedI
 from elastic_fake_driver import FakeDriver
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def no_watch_left():
+    """Rank 0's hosts_event watch (a thread asking the test's launcher) ends with each test."""
+    yield
+    elastic_rendezvous.stop_hosts_event_watch()
+
+
+def _set_and_await(driver, timestamp, kind):
+    """The launcher raises a host change; rank 0's watch hears of it within its poll period
+    (bounded here at 10 s)."""
+    driver.set_hosts_event(timestamp, int(kind))
+    deadline = time.monotonic() + 10
+    while elastic_rendezvous.watched_hosts_event()[0] != timestamp:
+        assert time.monotonic() < deadline, "rank 0's watch never heard of the host change"
+        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -264,12 +282,12 @@ def test_rank_zero_reads_the_launchers_hosts_event(monkeypatch):
 
         state = common_elastic.ObjectState(bcast, lambda: 0, step=0)
         state.check_host_updates()
-        driver.set_hosts_event(3, int(common_elastic.HostUpdateResult.removed))
+        _set_and_await(driver, 3, common_elastic.HostUpdateResult.removed)
         with pytest.raises(HostsUpdatedInterrupt) as interrupt:
             state.commit()
         assert interrupt.value.skip_sync is True
         state.check_host_updates()  # seen
-        driver.set_hosts_event(4, int(common_elastic.HostUpdateResult.added))
+        _set_and_await(driver, 4, common_elastic.HostUpdateResult.added)
         with pytest.raises(HostsUpdatedInterrupt) as interrupt:
             state.check_host_updates()
         assert interrupt.value.skip_sync is False
@@ -288,7 +306,7 @@ def test_a_new_rank_zero_takes_the_rounds_host_changes_as_seen(monkeypatch):
         driver.set_hosts_event(5, int(common_elastic.HostUpdateResult.added))
         state.check_host_updates()
         assert state._last_updated_timestamp == 5
-        driver.set_hosts_event(6, int(common_elastic.HostUpdateResult.mixed))
+        _set_and_await(driver, 6, common_elastic.HostUpdateResult.mixed)
         with pytest.raises(HostsUpdatedInterrupt) as interrupt:
             state.check_host_updates()
         assert interrupt.value.skip_sync is False
