@@ -16,6 +16,12 @@ int64_t Share(int64_t total, int j, int n) {
   return ShareBegin(total, j + 1, n) - ShareBegin(total, j, n);
 }
 
+// The scratch buffer, sized for `bytes` and never null (an empty share still passes a pointer).
+uint8_t* Scratch(std::vector<uint8_t>* v, int64_t bytes) {
+  v->resize(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+  return v->data();
+}
+
 void Copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
 }
@@ -53,12 +59,12 @@ Status HierarchicalHostComm::DoAllreduce(const void* send, void* recv, int64_t c
     bytes[static_cast<size_t>(j)] = counts[static_cast<size_t>(j)] * es;
   }
   const int64_t mine = counts[static_cast<size_t>(lrank_)];
-  block_.resize(static_cast<size_t>(mine * es));
+  uint8_t* block = Scratch(&block_, mine * es);
   // The host's sum of block lrank_ (reduced in local-rank order), then the same over the hosts.
-  HVDC_RETURN_IF_ERROR(parts_.local->ReduceScatter(send, block_.data(), counts, dtype, op));
-  HVDC_RETURN_IF_ERROR(parts_.cross->Allreduce(block_.data(), block_.data(), mine, dtype, op));
+  HVDC_RETURN_IF_ERROR(parts_.local->ReduceScatter(send, block, counts, dtype, op));
+  HVDC_RETURN_IF_ERROR(parts_.cross->Allreduce(block, block, mine, dtype, op));
   // send is no longer read by anyone: recv may be send (in place).
-  return parts_.local->Allgatherv(block_.data(), mine * es, recv, bytes);
+  return parts_.local->Allgatherv(block, mine * es, recv, bytes);
 }
 
 Status HierarchicalHostComm::DoAllgatherv(const void* send, int64_t send_bytes, void* recv,
@@ -80,8 +86,8 @@ Status HierarchicalHostComm::DoAllgatherv(const void* send, int64_t send_bytes, 
   // 1. This host's block, on every local rank.
   std::vector<int64_t> local_bytes;
   for (int r : layout_.hosts[static_cast<size_t>(host_)]) local_bytes.push_back(bytes_of(r));
-  block_.resize(static_cast<size_t>(host_bytes[static_cast<size_t>(host_)]));
-  HVDC_RETURN_IF_ERROR(parts_.local->Allgatherv(send, send_bytes, block_.data(), local_bytes));
+  uint8_t* block = Scratch(&block_, host_bytes[static_cast<size_t>(host_)]);
+  HVDC_RETURN_IF_ERROR(parts_.local->Allgatherv(send, send_bytes, block, local_bytes));
 
   // 2. Slice lrank_ of every host's block, over the cross group (in its rank order).
   const std::vector<int>& order = cross_hosts_[static_cast<size_t>(lrank_)];
@@ -91,9 +97,9 @@ Status HierarchicalHostComm::DoAllgatherv(const void* send, int64_t send_bytes, 
     cross_bytes.push_back(slice(h, lrank_));
     cross_total += cross_bytes.back();
   }
-  staged_.resize(static_cast<size_t>(cross_total));
-  HVDC_RETURN_IF_ERROR(parts_.cross->Allgatherv(block_.data() + slice_begin(host_, lrank_),
-                                                slice(host_, lrank_), staged_.data(), cross_bytes));
+  uint8_t* staged = Scratch(&staged_, cross_total);
+  HVDC_RETURN_IF_ERROR(parts_.cross->Allgatherv(block + slice_begin(host_, lrank_),
+                                                slice(host_, lrank_), staged, cross_bytes));
 
   // 3. Every local rank's cross result, on every local rank.
   std::vector<int64_t> staged_bytes(static_cast<size_t>(lsize_), 0);
@@ -102,9 +108,8 @@ Status HierarchicalHostComm::DoAllgatherv(const void* send, int64_t send_bytes, 
   }
   int64_t total = 0;
   for (int64_t b : staged_bytes) total += b;
-  gathered_.resize(static_cast<size_t>(total));
-  HVDC_RETURN_IF_ERROR(
-      parts_.local->Allgatherv(staged_.data(), cross_total, gathered_.data(), staged_bytes));
+  uint8_t* gathered = Scratch(&gathered_, total);
+  HVDC_RETURN_IF_ERROR(parts_.local->Allgatherv(staged, cross_total, gathered, staged_bytes));
 
   // Into set-rank order: each slice (j, h) holds bytes [slice_begin, +slice) of host h's block,
   // which lays out host h's members one after another.
@@ -120,8 +125,8 @@ Status HierarchicalHostComm::DoAllgatherv(const void* send, int64_t send_bytes, 
         const int64_t member_hi = member_lo + bytes_of(r);
         const int64_t a = std::max(lo, member_lo), b = std::min(hi, member_hi);
         if (b > a) {
-          Copy(out + prefix[static_cast<size_t>(r)] + (a - member_lo),
-               gathered_.data() + at + (a - lo), b - a);
+          Copy(out + prefix[static_cast<size_t>(r)] + (a - member_lo), gathered + at + (a - lo),
+               b - a);
         }
         member_lo = member_hi;
       }
