@@ -112,7 +112,7 @@ void CheckAllgatherv(HostComm& comm, int64_t scale, const std::string& what) {
   }
   EXPECT_EQ(recv.back(), 0xee) << what << ": wrote past the end";
   // In place: this rank's block already sits where it belongs.
-  std::vector<uint8_t> inplace(static_cast<size_t>(total), 0xcd);
+  std::vector<uint8_t> inplace(static_cast<size_t>(total) + 1, 0xcd);  // never empty
   int64_t mine = 0;
   for (int r = 0; r < me; ++r) mine += sizes[static_cast<size_t>(r)];
   if (!send.empty()) std::memcpy(inplace.data() + mine, send.data(), send.size());
