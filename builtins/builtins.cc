@@ -32,9 +32,13 @@ namespace {
 
 bool WithMpiArguments(const InitOptions& opts) { return opts.mpi_comm || !opts.ranks.empty(); }
 
-// The shared-memory plane under a transport that was made (HVDC_SHM=0: the transport alone).
+// The shared-memory plane under a transport that was made (HVDC_SHM=0: the transport alone,
+// unless hierarchical collectives are asked for: the wrapper then makes their host and cross
+// groups, the host groups over the transport).
 Status WithShm(const Config& config, Status made, std::unique_ptr<Transport>* out) {
-  if (made.ok() && *out && config.shm_enabled) {
+  const bool wrap =
+      config.shm_enabled || config.hierarchical_allreduce || config.hierarchical_allgather;
+  if (made.ok() && *out && wrap) {
     *out = shm::MakeShmTransport(std::move(*out), shm::ShmOptions::FromConfig(config));
   }
   return made;

@@ -91,8 +91,6 @@ const std::vector<NoEffectEntry>& NoEffectEntries() {
        1,
        kIntMax},
       {{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kAutotune}, ValueKind::kNumber, "noise"},
-      {{"HOROVOD_HIERARCHICAL_ALLREDUCE", kGpu}, ValueKind::kSwitch},
-      {{"HOROVOD_HIERARCHICAL_ALLGATHER", kGpu}, ValueKind::kSwitch},
       {{"HOROVOD_TORUS_ALLREDUCE", kGpu}, ValueKind::kSwitch},
       {{"HOROVOD_NUM_NCCL_STREAMS", kGpu},
        ValueKind::kInt,
@@ -385,6 +383,8 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
   env.Bool("HVDC_SHM", &c.shm_enabled);
   env.Int("HVDC_SHM_BYTES", "bytes", 1, kMaxBytes, &c.shm_bytes);
+  env.Bool("HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
+  env.Bool("HOROVOD_HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
   for (const NoEffectEntry& e : NoEffectEntries()) {
     std::string raw;
     if (env.NoEffect(e, &raw)) {
@@ -483,6 +483,8 @@ std::string Config::Describe() const {
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("HVDC_SHM", b(shm_enabled));
   line("HVDC_SHM_BYTES", shm_bytes);
+  line("HOROVOD_HIERARCHICAL_ALLREDUCE", b(hierarchical_allreduce));
+  line("HOROVOD_HIERARCHICAL_ALLGATHER", b(hierarchical_allgather));
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));
   line("mpi_yield_when_idle_set (OMPI_MCA_mpi_yield_when_idle)", b(mpi_yield_when_idle_set));
   return s;

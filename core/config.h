@@ -120,6 +120,14 @@ struct Config {
   // HVDC_SHM_BYTES: the size of each such set's shared-memory segment; a larger call is carried
   // in rounds. Too small for the set's ranks, or more than /dev/shm holds: logged, not used.
   int64_t shm_bytes = 16LL * 1024 * 1024;
+  // HOROVOD_HIERARCHICAL_ALLREDUCE, HOROVOD_HIERARCHICAL_ALLGATHER (horovodrun
+  // --hierarchical-allreduce / --hierarchical-allgather): a process set spanning hosts, with the
+  // same number of its ranks on each, runs allreduce / allgather in three steps -- within each
+  // host (shared memory), across hosts (one rank per host and block, all local ranks at once),
+  // within each host again (shm_controller/hierarchical_host_comm.h, docs/shm.md). CPU tensors;
+  // off by default (not measured on a real network yet).
+  bool hierarchical_allreduce = false;
+  bool hierarchical_allgather = false;
 
   // Not a setting: true when a launcher's identity variables are present (OMPI_COMM_WORLD_SIZE,
   // PMI_SIZE, PMIX_RANK or PMI_RANK, even if empty). The runtime then initializes MPI; otherwise it

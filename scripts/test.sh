@@ -35,7 +35,8 @@ tsan_tests=(thread_rank_test thread_rank_stall_test negotiator_test join_test pr
             tensor_queue_test local_world_test backend_async_test timeline_test logging_test
             lifecycle_test runtime_reinit_test runtime_lifecycle_test host_comm_check_test
             local_conformance_test tcp_conformance_test tcp_transport_test
-            tcp_mesh_test tcp_init_test tcp_fuzz_test shm_conformance_test shm_plane_test)
+            tcp_mesh_test tcp_init_test tcp_fuzz_test shm_conformance_test shm_plane_test
+            hierarchical_host_comm_test)
 # Without MPI: the suites that go through the C API, where the build's transports are chosen.
 # (The other suites compile to the same code with or without MPI; the plain build runs them.)
 nompi_tests=(builtins_test init_test tcp_init_test tcp_peer_loss_test tcp_partition_test

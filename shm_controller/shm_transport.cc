@@ -3,12 +3,17 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <numeric>
 #include <random>
+#include <string>
 #include <utility>
 
 #include "core/logging.h"
+#include "shm_controller/hierarchical_host_comm.h"
+#include "shm_controller/host_layout.h"
 #include "shm_controller/shm_host_comm.h"
 #include "shm_controller/shm_segment.h"
 
@@ -36,6 +41,14 @@ std::string LocalHostName() {
   return name;
 }
 
+// What each world rank says about itself once, at the first set: its host and whether it asks for
+// hierarchical allreduce / allgather.
+struct HostRecord {
+  char host[kHostBytes];
+  int32_t allreduce;
+  int32_t allgather;
+};
+
 class ShmTransport : public Transport {
  public:
   ShmTransport(std::unique_ptr<Transport> inner, ShmOptions options)
@@ -46,6 +59,31 @@ class ShmTransport : public Transport {
   bool threads_supported() const override { return inner_->threads_supported(); }
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {
     HVDC_RETURN_IF_ERROR(inner_->CreateProcessSet(world_ranks, out));
+    if (hosts_.empty()) HVDC_RETURN_IF_ERROR(GatherHosts(world_ranks, out->data.get()));
+    // Every world rank decides alike (same layout, same agreed flags): the hierarchical set-up
+    // below is collective over the world.
+    if (agreed_.hierarchical_allreduce || agreed_.hierarchical_allgather) {
+      const HostLayout layout = HostLayout::Of(world_ranks, hosts_);
+      const int local_size = layout.local_size();
+      if (layout.host_count() > 1 && local_size > 1) {
+        std::unique_ptr<HostComm> flat = std::move(out->data);
+        return CreateHierarchicalHostComm(*inner_, world_ranks, layout, agreed_, std::move(flat),
+                                          &out->data);
+      }
+      // Said once, by the set's first rank.
+      const bool first = inner_->topology().rank == world_ranks.front();
+      if (layout.host_count() > 1 && local_size == 0 && first && !warned_uneven_) {
+        warned_uneven_ = true;
+        std::string counts;
+        for (const auto& h : layout.hosts)
+          counts += (counts.empty() ? "" : "+") + std::to_string(h.size());
+        LogWarning(
+            "rank {}: hierarchical allreduce/allgather needs the same number of ranks on every "
+            "host, and a process set of {} ranks has {} per host; such sets use the flat data "
+            "plane (said once)",
+            inner_->topology().rank, world_ranks.size(), counts);
+      }
+    }
     if (!out->data) return Status::OK();
     std::unique_ptr<HostComm> plane;
     HVDC_RETURN_IF_ERROR(CreateShmHostComm(*out->data, world_ranks, options_, &plane));
@@ -61,8 +99,53 @@ class ShmTransport : public Transport {
   void Finalize() override { inner_->Finalize(); }
 
  private:
+  // Collective over the world: every rank's host identity and hierarchical switches, over the
+  // first set's comm when that set is the world, else over a world set made for this.
+  Status GatherHosts(const std::vector<int>& world_ranks, HostComm* set_comm) {
+    const int n = inner_->topology().size;
+    ProcessSetChannels world;
+    HostComm* comm = set_comm;
+    if (static_cast<int>(world_ranks.size()) != n) {
+      std::vector<int> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      HVDC_RETURN_IF_ERROR(inner_->CreateProcessSet(all, &world));
+      comm = world.data.get();
+    }
+    if (!comm) return Status::UnknownError("shared-memory plane: no world channels on a member");
+    HostRecord mine = {};
+    std::memcpy(mine.host, options_.host.data(),
+                std::min<size_t>(options_.host.size(), kHostBytes - 1));
+    mine.allreduce = options_.hierarchical_allreduce ? 1 : 0;
+    mine.allgather = options_.hierarchical_allgather ? 1 : 0;
+    std::vector<HostRecord> all(static_cast<size_t>(n));
+    HVDC_RETURN_IF_ERROR(comm->Allgatherv(&mine, sizeof(mine), all.data(),
+                                          std::vector<int64_t>(n, sizeof(HostRecord))));
+    agreed_ = options_;
+    int allreduce = 0, allgather = 0;
+    for (const HostRecord& r : all) {
+      hosts_.emplace_back(r.host, strnlen(r.host, kHostBytes));
+      allreduce += r.allreduce;
+      allgather += r.allgather;
+    }
+    // Only what every rank asks for (a rank alone would wait for sub-groups nobody else makes).
+    agreed_.hierarchical_allreduce = allreduce == n;
+    agreed_.hierarchical_allgather = allgather == n;
+    const bool split = (allreduce != 0 && allreduce != n) || (allgather != 0 && allgather != n);
+    if (split && inner_->topology().rank == 0) {
+      LogWarning(
+          "rank {}: hierarchical allreduce asked for by {} of {} ranks, allgather by {}: only "
+          "what every rank asks for is used",
+          inner_->topology().rank, allreduce, n, allgather);
+    }
+    return Status::OK();
+  }
+
   std::unique_ptr<Transport> inner_;
   const ShmOptions options_;
+  // Set once, by the first CreateProcessSet (the control thread's, like every set creation).
+  std::vector<std::string> hosts_;  // [w]: world rank w's host identity
+  ShmOptions agreed_;               // options_ with the switches every rank agrees on
+  bool warned_uneven_ = false;
 };
 
 // Segments of one process: the index part of the name.
@@ -76,6 +159,8 @@ ShmOptions ShmOptions::FromConfig(const Config& config) {
   o.bytes = config.shm_bytes;
   o.host = config.gloo.hostname.empty() ? LocalHostName() : config.gloo.hostname;
   o.peer_timeout_s = config.peer_timeout_s;
+  o.hierarchical_allreduce = config.hierarchical_allreduce;
+  o.hierarchical_allgather = config.hierarchical_allgather;
   return o;
 }
 

@@ -6,6 +6,10 @@
 // own HostComm: same host identity on every member, a segment created and attached by all. Any
 // refusal (turned off, ranks on several hosts, /dev/shm too small or unusable, a segment of that
 // name already there) keeps the transport's data plane and is logged, never an error.
+//
+// A set whose ranks span hosts keeps the transport's data plane, unless hierarchical allreduce or
+// allgather is on: then it gets a HierarchicalHostComm (hierarchical_host_comm.h) over host and
+// cross groups the transport makes, the host group through shared memory where it can be.
 #pragma once
 
 #include <memory>
@@ -25,6 +29,10 @@ struct ShmOptions {
   int64_t bytes = 16LL << 20;   // HVDC_SHM_BYTES: one segment (per process set)
   std::string host;             // this rank's host identity (HOROVOD_HOSTNAME or hostname)
   double peer_timeout_s = 4.0;  // HOROVOD_PEER_TIMEOUT_SECONDS: a stopped peer is lost after
+  // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER: a set spanning hosts with the same number of
+  // members on each runs these through HierarchicalHostComm (hierarchical_host_comm.h).
+  bool hierarchical_allreduce = false;
+  bool hierarchical_allgather = false;
   static ShmOptions FromConfig(const Config& config);
 };
 
@@ -34,7 +42,10 @@ struct ShmOptions {
 Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
                          const ShmOptions& options, std::unique_ptr<HostComm>* out);
 
-// Wraps `inner`: every process set it creates gets the shared-memory plane where it can be used.
+// Wraps `inner`: every process set it creates gets the shared-memory plane where it can be used,
+// and, when hierarchical allreduce or allgather is on, a set spanning hosts gets the hierarchical
+// plane. The first set it creates also gathers every world rank's host identity (over that set
+// when it is the world, as the runtime's first set is; else over a world set made for it).
 std::unique_ptr<Transport> MakeShmTransport(std::unique_ptr<Transport> inner,
                                             const ShmOptions& options);
 

@@ -3,7 +3,8 @@
 // itself, so every transport here uses an MPI it does not own; each test makes its own.
 //
 // The same suites also run over the shared-memory plane under MPI ("shm": ranks as processes, each
-// set's data through a 64 KiB segment, MPI keeping control).
+// set's data through a 64 KiB segment, MPI keeping control), and over the hierarchical plane
+// ("hierarchical": two ranks per pretended host; hierarchical at np >= 4, the fallbacks below).
 //
 // Every rank runs every test. Rank 0 prints GoogleTest's output, the others only their failures,
 // and every rank exits non-zero if any rank failed.
@@ -15,6 +16,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "core/config.h"
 #include "mpi_controller/mpi_transport.h"
@@ -38,26 +40,38 @@ class MpiWorld : public World {
   std::unique_ptr<Transport> transport_;
 };
 
-std::unique_ptr<World> MakeMpiWorld(bool shm) {
+enum class Plane { kMpi, kShm, kHierarchical };
+
+std::unique_ptr<World> MakeMpiWorld(Plane plane) {
   std::unique_ptr<Transport> t;
   Status s = MakeMpiTransport(Config(), MpiTransportOptions{}, &t);
   EXPECT_TRUE(s.ok()) << s.ToString();
   if (!t) return nullptr;
-  if (shm) {
+  if (plane != Plane::kMpi) {
     shm::ShmOptions options;
     options.bytes = 64 * 1024;
     options.host = "mpi-conformance";  // one host: mpirun here starts every rank locally
+    if (plane == Plane::kHierarchical) {
+      // Pretend hosts of two ranks each: at np=4 and above the world set is hierarchical (its
+      // sub-groups MPI communicators); at np=2 one host, at np=3 uneven hosts (the fallbacks).
+      options.host = "mpi-host-" + std::to_string(t->topology().rank / 2);
+      options.hierarchical_allreduce = options.hierarchical_allgather = true;
+    }
     t = shm::MakeShmTransport(std::move(t), options);
   }
   return std::make_unique<MpiWorld>(std::move(t));
 }
 
-const WorldParam kMpi = {"world", [] { return MakeMpiWorld(false); }};
-const WorldParam kMpiShm = {"shm", [] { return MakeMpiWorld(true); }};
+const WorldParam kMpi = {"world", [] { return MakeMpiWorld(Plane::kMpi); }};
+const WorldParam kMpiShm = {"shm", [] { return MakeMpiWorld(Plane::kShm); }};
+const WorldParam kMpiHierarchical = {"hierarchical",
+                                     [] { return MakeMpiWorld(Plane::kHierarchical); }};
 
-INSTANTIATE_TEST_SUITE_P(Mpi, HostCommConformance, ::testing::Values(kMpi, kMpiShm), WorldName());
+INSTANTIATE_TEST_SUITE_P(Mpi, HostCommConformance,
+                         ::testing::Values(kMpi, kMpiShm, kMpiHierarchical), WorldName());
 INSTANTIATE_TEST_SUITE_P(Mpi, ControlChannelConformance, ::testing::Values(kMpi), WorldName());
-INSTANTIATE_TEST_SUITE_P(Mpi, ProcessSetConformance, ::testing::Values(kMpi, kMpiShm), WorldName());
+INSTANTIATE_TEST_SUITE_P(Mpi, ProcessSetConformance,
+                         ::testing::Values(kMpi, kMpiShm, kMpiHierarchical), WorldName());
 
 }  // namespace
 }  // namespace conformance

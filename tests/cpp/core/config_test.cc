@@ -63,6 +63,8 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.zero_copy_bytes, d.zero_copy_bytes);
   EXPECT_TRUE(c.shm_enabled);
   EXPECT_EQ(c.shm_bytes, 16 * 1024 * 1024);
+  EXPECT_FALSE(c.hierarchical_allreduce);
+  EXPECT_FALSE(c.hierarchical_allgather);
   EXPECT_FALSE(c.under_launcher);
   EXPECT_EQ(c.Describe(), d.Describe());
 }
@@ -92,9 +94,13 @@ TEST(ConfigTest, EveryVariableValid) {
                       {"HVDC_CHUNK_BYTES", "8192"},
                       {"HVDC_ZERO_COPY_BYTES", "16384"},
                       {"HVDC_SHM", "0"},
-                      {"HVDC_SHM_BYTES", "1048576"}},
+                      {"HVDC_SHM_BYTES", "1048576"},
+                      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                      {"HOROVOD_HIERARCHICAL_ALLGATHER", "true"}},
                      &warnings);
   EXPECT_TRUE(warnings.empty()) << warnings[0];
+  EXPECT_TRUE(c.hierarchical_allreduce);
+  EXPECT_TRUE(c.hierarchical_allgather);
   EXPECT_FALSE(c.shm_enabled);
   EXPECT_EQ(c.shm_bytes, 1048576);
   EXPECT_EQ(c.fusion_threshold_bytes, 67108864);
@@ -211,6 +217,8 @@ TEST(ConfigTest, EveryBooleanVariable) {
       {"HOROVOD_LOG_HIDE_TIME", &Config::log_hide_time},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", &Config::dynamic_process_sets},
       {"HOROVOD_DISABLE_GROUP_FUSION", &Config::disable_group_fusion},
+      {"HOROVOD_HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce},
+      {"HOROVOD_HIERARCHICAL_ALLGATHER", &Config::hierarchical_allgather},
   };
   for (const auto& [var, field] : vars) {
     for (const char* yes : {"1", "2", "true", "TRUE", "Yes", "on", " 1 "}) {
@@ -307,8 +315,8 @@ TEST(ConfigTest, NoEffectSettingsWarnOnceAndChangeNothing) {
   ParseOk(all, &warnings);
   EXPECT_EQ(warnings.size(), NoEffectSettings().size());
 
-  for (const char* off : {"HOROVOD_AUTOTUNE", "HOROVOD_HIERARCHICAL_ALLGATHER",
-                          "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_BATCH_D2D_MEMCOPIES"}) {
+  for (const char* off : {"HOROVOD_AUTOTUNE", "HOROVOD_ENABLE_ASYNC_COMPLETION",
+                          "HOROVOD_DISABLE_NVTX_RANGES", "HOROVOD_BATCH_D2D_MEMCOPIES"}) {
     warnings.clear();
     ParseOk({{off, "0"}, {"HOROVOD_TORUS_ALLREDUCE", "false"}}, &warnings);
     EXPECT_TRUE(warnings.empty()) << off << ": " << warnings[0];
@@ -459,6 +467,8 @@ TEST(ConfigTest, DescribeListsEveryVariable) {
                           "HVDC_ZERO_COPY_BYTES",
                           "HVDC_SHM",
                           "HVDC_SHM_BYTES",
+                          "HOROVOD_HIERARCHICAL_ALLREDUCE",
+                          "HOROVOD_HIERARCHICAL_ALLGATHER",
                           "HOROVOD_ELASTIC",
                           "HVDC_TCP_RENDEZVOUS_SCOPE",
                           "under_launcher",
