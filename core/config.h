@@ -125,7 +125,8 @@ struct Config {
   // same number of its ranks on each, runs allreduce / allgather in three steps -- within each
   // host (shared memory), across hosts (one rank per host and block, all local ranks at once),
   // within each host again (shm_controller/hierarchical_host_comm.h, docs/shm.md). CPU tensors;
-  // off by default (not measured on a real network yet).
+  // off by default: 1.5x the flat ring on a 1 Gbit/s link, no consistent gain on a fast one
+  // (docs/shm.md has the figures).
   bool hierarchical_allreduce = false;
   bool hierarchical_allgather = false;
 
