@@ -21,7 +21,6 @@
 #include "shm_controller/shm_segment.h"
 #include "shm_controller/shm_transport.h"
 #include "tests/cpp/conformance/suite_util.h"
-#include "tests/cpp/util/sanitized_build.h"
 
 namespace hvdc {
 namespace {
@@ -30,7 +29,6 @@ using conformance::MakeSet;
 using conformance::Range;
 using conformance::ThreadWorld;
 using conformance::World;
-using test::kSanitizedBuild;
 
 constexpr int64_t kSegment = 64 * 1024;
 
@@ -129,11 +127,11 @@ TEST(ShmPlane, SumOfThreeAndAHalfSegmentsIsBitIdentical) {
 
 // Back-to-back calls of random sizes (up to half a segment: several rounds at 3 ranks) and of every
 // collective the plane implements, the same sequence on every rank, no barrier between them:
-// exercises the reuse of both halves of every slot. 10,000 calls take about 2 s in the plain build;
-// the sanitized builds (several times slower, and TSan runs this suite) make a quarter of them.
+// exercises the reuse of both halves of every slot. Measured alone on 2 cores: 2 s in the plain
+// build, 3 s under ASan, 12 s under TSan (which runs this suite; see scripts/test.sh).
 TEST(ShmPlane, SoakOfRandomSizes) {
   const int n = 3;
-  const int kOps = kSanitizedBuild ? 2500 : 10000;
+  const int kOps = 10000;
   auto world = MakeWorld(n, Options());
   ASSERT_NE(world, nullptr);
   world->Run([&](Transport& t) {
