@@ -225,7 +225,8 @@ def measure_steady(args: argparse.Namespace, out_dir: str) -> Dict[str, Any]:
             ("static", ["--gloo", "-np", "2"]))
     for round_index in range(args.steady_rounds):
         means: Dict[str, float] = {}
-        for name, flags in jobs:
+        # Either job first in turn: nothing that drifts during a round favours one of them.
+        for name, flags in (jobs if round_index % 2 == 0 else jobs[::-1]):
             job_dir = os.path.join(out_dir, f"{name}{round_index}")
             os.makedirs(job_dir)
             job = Job(args.python, flags, job_dir, args.steady_steps, args.commit_every,
@@ -238,6 +239,7 @@ def measure_steady(args: argparse.Namespace, out_dir: str) -> Dict[str, Any]:
                          if any(e.get("rank") == 0 for e in job.events(i)))
             times = [e["t"] for e in _steps(job.events(rank0))][args.steady_steps // 5:]
             means[f"{name}_step_ms"] = (times[-1] - times[0]) / (len(times) - 1) * 1e3
+        means = {key: means[key] for key in ("elastic_step_ms", "static_step_ms")}
         means["elastic_over_static"] = means["elastic_step_ms"] / means["static_step_ms"]
         result["rounds"].append(means)
     ratios = [r["elastic_over_static"] for r in result["rounds"]]
