@@ -35,6 +35,7 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 #: How often rank 0's watcher asks the launcher for host changes (the launcher itself runs the
 #: discovery script about once a second).
 HOSTS_EVENT_POLL_SECONDS = 0.25
+STOP_WAIT_SECONDS = 1.0
 
 #: The variables an assignment sets, from its JSON keys.
 ASSIGNMENT_VARIABLES = (("rank", "HOROVOD_RANK"), ("size", "HOROVOD_SIZE"),
@@ -271,9 +272,13 @@ class HostsEventWatch:
             return self._value
 
     def stop(self) -> None:
+        """Ends the thread. Waits a second at most: a request under way when the process exits
+        (this runs from ``shutdown()``, also at exit) must not hold the exit for the request's
+        timeout -- once seen, 30 s at a job's end. A thread still in a request ends with it, or
+        with the process (it is a daemon)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=REQUEST_TIMEOUT_SECONDS)
+            self._thread.join(timeout=STOP_WAIT_SECONDS)
 
 
 _watch: Optional[HostsEventWatch] = None
