@@ -382,6 +382,7 @@ Status Config::FromEnv(const EnvLookup& getenv, Config* out, std::vector<std::st
   env.Int("HVDC_CHUNK_BYTES", "bytes", 1, kMaxBytes, &c.chunk_bytes);
   env.Int("HVDC_ZERO_COPY_BYTES", "bytes", 1, kMaxBytes, &c.zero_copy_bytes);
   env.Bool("HVDC_SHM", &c.shm_enabled);
+  env.Bool("HVDC_SHM_CONTROL", &c.shm_control);
   env.Int("HVDC_SHM_BYTES", "bytes", 1, kMaxBytes, &c.shm_bytes);
   env.Bool("HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
   env.Bool("HOROVOD_HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
@@ -482,6 +483,7 @@ std::string Config::Describe() const {
   line("HVDC_CHUNK_BYTES", chunk_bytes);
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("HVDC_SHM", b(shm_enabled));
+  line("HVDC_SHM_CONTROL", b(shm_control));
   line("HVDC_SHM_BYTES", shm_bytes);
   line("HOROVOD_HIERARCHICAL_ALLREDUCE", b(hierarchical_allreduce));
   line("HOROVOD_HIERARCHICAL_ALLGATHER", b(hierarchical_allgather));

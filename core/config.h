@@ -117,6 +117,8 @@ struct Config {
   // HVDC_SHM: ranks of a process set that share a host move data through shared memory
   // (shm_controller/, docs/shm.md); 0 keeps the transport's own data plane.
   bool shm_enabled = true;
+  // HVDC_SHM_CONTROL: such a set also negotiates through shared memory (not MPI or sockets).
+  bool shm_control = true;
   // HVDC_SHM_BYTES: the size of each such set's shared-memory segment; a larger call is carried
   // in rounds. Too small for the set's ranks, or more than /dev/shm holds: logged, not used.
   int64_t shm_bytes = 16LL * 1024 * 1024;

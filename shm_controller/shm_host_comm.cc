@@ -3,38 +3,17 @@
 #include "shm_controller/shm_host_comm.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <utility>
 
+#include "shm_controller/peer_process.h"
 #include "shm_controller/shm_wait.h"
 
 namespace hvdc {
 namespace shm {
-namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// The state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z', ...), or 0 when unreadable.
-char ProcessState(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(f, stat);
-  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
-  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
-}
-
-}  // namespace
 
 ShmHostComm::ShmHostComm(std::unique_ptr<Segment> segment, int rank, std::vector<int> world_ranks,
                          double peer_timeout_s)
@@ -47,7 +26,7 @@ ShmHostComm::ShmHostComm(std::unique_ptr<Segment> segment, int rank, std::vector
       peer_timeout_s_(peer_timeout_s),
       desc_bytes_(static_cast<int64_t>(header_->desc_bytes)),
       slot_bytes_(static_cast<int64_t>(header_->slot_bytes)),
-      stopped_since_(static_cast<size_t>(size_), 0) {
+      stopped_(static_cast<size_t>(size_)) {
   __atomic_store_n(&lines_[rank_].pid, static_cast<int32_t>(getpid()), __ATOMIC_RELEASE);
 }
 
@@ -82,20 +61,13 @@ Status ShmHostComm::CheckPeer(int q) {
   if (__atomic_load_n(&header_->aborted, __ATOMIC_ACQUIRE) != 0) return AbortedStatus();
   const int32_t pid = __atomic_load_n(&lines_[q].pid, __ATOMIC_ACQUIRE);
   if (pid <= 0 || pid == getpid()) return Status::OK();  // not attached yet, or a thread of ours
-  const char state = ProcessState(pid);
-  if ((kill(pid, 0) != 0 && errno == ESRCH) || state == 'Z' || state == 'X') {
+  const ProcessLiveness liveness = LivenessOf(pid);
+  if (liveness == ProcessLiveness::kExited) {
     return Abort(
         q, Status::PeerLost(fmt::format("shared-memory data plane: rank {} (pid {}) has exited",
                                         world_ranks_[q], pid)));
   }
-  if (state != 'T' && state != 't') {
-    stopped_since_[q] = 0;
-    return Status::OK();
-  }
-  const int64_t now = NowNs();
-  if (stopped_since_[q] == 0) stopped_since_[q] = now;
-  if (peer_timeout_s_ > 0 &&
-      now - stopped_since_[q] > static_cast<int64_t>(peer_timeout_s_ * 1e9)) {
+  if (stopped_[q].StoppedTooLong(liveness, MonotonicNs(), peer_timeout_s_)) {
     return Abort(q, Status::PeerLost(fmt::format(
                         "shared-memory data plane: rank {} (pid {}) has been stopped for more "
                         "than {} s",

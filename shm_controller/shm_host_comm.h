@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/host_comm.h"
+#include "shm_controller/peer_process.h"
 #include "shm_controller/shm_layout.h"
 #include "shm_controller/shm_segment.h"
 
@@ -84,8 +85,8 @@ class ShmHostComm : public HostComm {
   const double peer_timeout_s_;
   const int64_t desc_bytes_;
   const int64_t slot_bytes_;
-  uint64_t round_ = 0;                  // used only by this rank's executor thread
-  std::vector<int64_t> stopped_since_;  // per peer: monotonic ns when first seen stopped, or 0
+  uint64_t round_ = 0;              // used only by this rank's executor thread
+  std::vector<StopClock> stopped_;  // per peer: how long it has been seen stopped
 };
 
 }  // namespace shm

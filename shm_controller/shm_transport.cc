@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "shm_controller/hierarchical_host_comm.h"
 #include "shm_controller/host_layout.h"
+#include "shm_controller/shm_control_channel.h"
 #include "shm_controller/shm_host_comm.h"
 #include "shm_controller/shm_segment.h"
 
@@ -22,6 +23,9 @@ namespace shm {
 namespace {
 
 constexpr int64_t kHostBytes = 256;  // host identities are compared on this many bytes
+// Payload bytes per rank and round of the control channel: a round carries most negotiation
+// messages whole (a longer one takes rounds).
+constexpr int64_t kControlChunkBytes = 32 * 1024;
 
 // The creator's verdict, broadcast to the members.
 struct Offer {
@@ -87,7 +91,14 @@ class ShmTransport : public Transport {
     if (!out->data) return Status::OK();
     std::unique_ptr<HostComm> plane;
     HVDC_RETURN_IF_ERROR(CreateShmHostComm(*out->data, world_ranks, options_, &plane));
-    if (plane) out->data = std::move(plane);
+    if (!plane) return Status::OK();
+    // One host, and shared memory works there: negotiation can go through it too.
+    if (options_.control) {
+      std::unique_ptr<ControlChannel> control;
+      HVDC_RETURN_IF_ERROR(CreateShmControlChannel(*out->data, world_ranks, options_, &control));
+      if (control) out->control = std::move(control);
+    }
+    out->data = std::move(plane);
     return Status::OK();
   }
   Status CheckAgreement(uint64_t value, bool* all_equal) override {
@@ -156,6 +167,7 @@ std::atomic<int> next_index{0};
 ShmOptions ShmOptions::FromConfig(const Config& config) {
   ShmOptions o;
   o.enabled = config.shm_enabled;
+  o.control = config.shm_control;
   o.bytes = config.shm_bytes;
   o.host = config.gloo.hostname.empty() ? LocalHostName() : config.gloo.hostname;
   o.peer_timeout_s = config.peer_timeout_s;
@@ -164,26 +176,30 @@ ShmOptions ShmOptions::FromConfig(const Config& config) {
   return o;
 }
 
-Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
-                         const ShmOptions& options, std::unique_ptr<HostComm>* out) {
-  out->reset();
-  const int n = boot.size(), me = boot.rank();
-  if (!options.enabled || n < 2) return Status::OK();
+namespace {
 
-  // Same host on every member?
+// Collective over `boot`: whether every member has the same host identity.
+Status SameHost(HostComm& boot, const std::string& identity, bool* same) {
+  const int n = boot.size();
   std::vector<char> host(kHostBytes, 0), hosts(static_cast<size_t>(kHostBytes * n));
-  std::memcpy(host.data(), options.host.data(),
-              std::min<size_t>(options.host.size(), kHostBytes - 1));
+  std::memcpy(host.data(), identity.data(), std::min<size_t>(identity.size(), kHostBytes - 1));
   HVDC_RETURN_IF_ERROR(
       boot.Allgatherv(host.data(), kHostBytes, hosts.data(), std::vector<int64_t>(n, kHostBytes)));
-  for (int q = 1; q < n; ++q) {
-    if (std::memcmp(hosts.data(), hosts.data() + q * kHostBytes, kHostBytes) != 0) {
-      return Status::OK();  // ranks on several hosts: the transport's data plane, as before
-    }
+  *same = true;
+  for (int q = 1; q < n && *same; ++q) {
+    *same = std::memcmp(hosts.data(), hosts.data() + q * kHostBytes, kHostBytes) == 0;
   }
+  return Status::OK();
+}
 
-  // Member 0 creates the segment and says whether it could.
-  const SegmentSpec spec{0, n, options.bytes};
+// Collective over `boot` (members of one host): member 0 creates a segment of `bytes`, every
+// member attaches, and the name is gone before anyone returns. *out is null on every member when
+// any could not (the reason logged by those that failed, naming `what`).
+Status ShareSegment(HostComm& boot, const std::vector<int>& world_ranks, int64_t bytes,
+                    const char* what, std::unique_ptr<Segment>* out) {
+  out->reset();
+  const int n = boot.size(), me = boot.rank();
+  const SegmentSpec spec{0, n, bytes};
   Offer offer;
   std::unique_ptr<Segment> segment;
   std::string name;
@@ -214,15 +230,45 @@ Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
   if (all == 0) {
     if (!made.ok()) {
       LogWarning(
-          "rank {}: shared-memory data plane not used for a set of {} ranks ({}); the "
-          "transport's own data plane carries it",
-          world_ranks[me], n, made.message());
+          "rank {}: shared-memory {} not used for a set of {} ranks ({}); the transport's "
+          "own carries it",
+          world_ranks[me], what, n, made.message());
     }
     return Status::OK();
   }
+  *out = std::move(segment);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
+                         const ShmOptions& options, std::unique_ptr<HostComm>* out) {
+  out->reset();
+  const int n = boot.size(), me = boot.rank();
+  if (!options.enabled || n < 2) return Status::OK();
+  bool same = false;
+  HVDC_RETURN_IF_ERROR(SameHost(boot, options.host, &same));
+  if (!same) return Status::OK();  // ranks on several hosts: the transport's data plane, as before
+  std::unique_ptr<Segment> segment;
+  HVDC_RETURN_IF_ERROR(ShareSegment(boot, world_ranks, options.bytes, "data plane", &segment));
+  if (!segment) return Status::OK();
   out->reset(new ShmHostComm(std::move(segment), me, world_ranks, options.peer_timeout_s));
   LogDebug("rank {}: shared-memory data plane for a set of {} ranks ({} bytes, {} per round)",
            world_ranks[me], n, options.bytes, static_cast<ShmHostComm*>(out->get())->slot_bytes());
+  return Status::OK();
+}
+
+Status CreateShmControlChannel(HostComm& boot, const std::vector<int>& world_ranks,
+                               const ShmOptions& options, std::unique_ptr<ControlChannel>* out) {
+  out->reset();
+  const int n = boot.size();
+  const int64_t bytes = ShmControlChannel::SegmentBytes(n, kControlChunkBytes);
+  std::unique_ptr<Segment> segment;
+  HVDC_RETURN_IF_ERROR(ShareSegment(boot, world_ranks, bytes, "control channel", &segment));
+  if (!segment) return Status::OK();
+  out->reset(
+      new ShmControlChannel(std::move(segment), boot.rank(), world_ranks, options.peer_timeout_s));
   return Status::OK();
 }
 

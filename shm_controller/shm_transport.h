@@ -1,6 +1,7 @@
-// The shared-memory plane under another transport: that transport keeps control (negotiation,
-// process-set creation, failure detection) and everything across hosts; a process set whose ranks
-// all share a host gets a ShmHostComm as its data plane instead of the transport's own.
+// The shared-memory plane under another transport: that transport keeps process-set creation,
+// failure detection and everything across hosts; a process set whose ranks all share a host gets
+// a ShmHostComm as its data plane instead of the transport's own, and a ShmControlChannel for its
+// negotiation (unless HVDC_SHM_CONTROL=0).
 //
 // Whether the plane can be used is settled per process set, collectively, over the transport's
 // own HostComm: same host identity on every member, a segment created and attached by all. Any
@@ -26,6 +27,7 @@ namespace shm {
 
 struct ShmOptions {
   bool enabled = true;          // HVDC_SHM
+  bool control = true;          // HVDC_SHM_CONTROL: negotiate through shared memory too
   int64_t bytes = 16LL << 20;   // HVDC_SHM_BYTES: one segment (per process set)
   std::string host;             // this rank's host identity (HOROVOD_HOSTNAME or hostname)
   double peer_timeout_s = 4.0;  // HOROVOD_PEER_TIMEOUT_SECONDS: a stopped peer is lost after
@@ -41,6 +43,11 @@ struct ShmOptions {
 // only when `boot` itself fails. world_ranks[r] is set rank r's world rank (for messages).
 Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
                          const ShmOptions& options, std::unique_ptr<HostComm>* out);
+
+// Collective over the members of `boot`, all on one host: the shared-memory control channel, or
+// null when its segment cannot be made (logged).
+Status CreateShmControlChannel(HostComm& boot, const std::vector<int>& world_ranks,
+                               const ShmOptions& options, std::unique_ptr<ControlChannel>* out);
 
 // Wraps `inner`: every process set it creates gets the shared-memory plane where it can be used,
 // and, when hierarchical allreduce or allgather is on, a set spanning hosts gets the hierarchical
