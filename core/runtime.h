@@ -146,6 +146,8 @@ class Runtime {
 
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;
+  // When the pending wait on timer_ fires; max() when none is pending. Control thread only.
+  Clock::time_point timer_due_ = Clock::time_point::max();
   std::atomic<bool> wake_posted_{false};
   std::thread control_thread_;
 

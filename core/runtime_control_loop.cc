@@ -125,10 +125,17 @@ void Runtime::OnWake() {
           st.negotiator->has_pending() || st.negotiator->has_unsent() || !life_.running();
       wake_at = std::min(wake_at, st.NextPoll(now, busy));
     }
-    timer_.expires_at(wake_at);
-    timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) OnWake();
-    });
+    // A pending wait due no later is kept: firing early only runs this loop once more, and
+    // re-arming on every pass would cost a system call per operation (timerfd_settime).
+    if (timer_due_ > wake_at) {
+      timer_due_ = wake_at;
+      timer_.expires_at(wake_at);
+      timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (ec) return;  // cancelled by a re-arm, or the loop has stopped
+        timer_due_ = Clock::time_point::max();
+        OnWake();
+      });
+    }
     return;
   }
 }
