@@ -231,11 +231,6 @@ def join_round(env: MutableMapping[str, str] = os.environ,
     return assignment
 
 
-def hosts_event(env: Mapping[str, str] = os.environ) -> Tuple[int, int]:
-    """The launcher's latest host change, as ``RendezvousClient.hosts_event``."""
-    return RendezvousClient.from_env(env).hosts_event()
-
-
 class HostsEventWatch:
     """The launcher's latest host change as rank 0 last heard it: asked once at the start, then
     every ``period`` seconds by a daemon thread, so that a commit reads it without a request of
