@@ -29,8 +29,9 @@ struct Executor::State {
   std::deque<Batch> batches;
   // The entries of the batch inside a backend, taken before it starts (a backend may move them).
   std::vector<std::shared_ptr<TensorEntry>> executing;
-  bool running = false;   // a batch is executing or completing
-  bool touching = false;  // completing callbacks or calling on_idle: the Runtime is in use
+  bool running = false;         // a batch is executing or completing
+  bool wake_when_idle = false;  // call on_idle once the queue runs dry (BusyOrWakeWhenIdle)
+  bool touching = false;        // completing callbacks or calling on_idle: the Runtime is in use
   bool stopping = false;
   bool abandoned = false;
   bool exited = false;  // the thread has returned from Run (it touches nothing any more)
@@ -122,6 +123,13 @@ void Executor::Submit(std::vector<Batch> batches) {
 void Executor::SetCoordinator(int world_rank) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->coordinator = world_rank;
+}
+
+bool Executor::BusyOrWakeWhenIdle() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  const bool busy = state_->running || !state_->batches.empty();
+  if (busy) state_->wake_when_idle = true;
+  return busy;
 }
 
 bool Executor::busy() const {
@@ -219,7 +227,8 @@ void Executor::Run(State& s) {
     Finish(s, batch, status);
     lock.lock();
     s.running = false;
-    if (s.batches.empty() && s.on_idle) {
+    if (s.batches.empty() && s.wake_when_idle && s.on_idle) {
+      s.wake_when_idle = false;
       lock.unlock();
       s.on_idle();
       lock.lock();

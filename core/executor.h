@@ -39,6 +39,10 @@ class Executor {
 
   void Submit(std::vector<Batch> batches);
   bool busy() const;
+  // As busy(); when busy, the idle hook runs (once) when the thread next runs out of batches. The
+  // control thread asks this when it waits for the executor, so that an executor that nobody
+  // waits for goes idle without a wake-up of the control thread per batch.
+  bool BusyOrWakeWhenIdle();
   // Runs everything submitted so far, then stops the thread.
   void Stop();
   // Gives up on the thread (it may be stuck for good): every queued batch and the one executing

@@ -36,7 +36,7 @@ bool ProcessSet::ShouldStart(Clock::time_point now, Clock::duration cycle_time, 
                              Clock::duration heartbeat, Clock::time_point* wake_at) const {
   const Negotiator& c = *negotiator;
   if (c.has_unsent()) {
-    if (!c.shutdown_requested() && executor->busy()) {
+    if (!c.shutdown_requested() && executor->BusyOrWakeWhenIdle()) {
       // Let tensors accumulate while a batch runs (the executor wakes us when it is idle).
       const auto deadline = first_unsent + cycle_time;
       if (now < deadline) {

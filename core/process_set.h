@@ -31,7 +31,7 @@ class ProcessSet {
     Transport* transport = nullptr;
     std::shared_ptr<Timeline> timeline;
     std::vector<Backend*> backends;
-    std::function<void()> wake;  // the executor calls it when it goes idle
+    std::function<void()> wake;  // the executor calls it when it goes idle, if asked to
   };
 
   // Creates the set's channels (collective over the whole world: every rank calls it, in the same

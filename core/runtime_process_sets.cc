@@ -170,8 +170,9 @@ void Runtime::ApplyRemove(const std::shared_ptr<AdminOp>& op) {
 }
 
 void Runtime::FinishRemovals() {
-  auto done = sets_.TakeFinished(
-      [](const ProcessSet& st) { return st.closed && st.held.empty() && !st.executor->busy(); });
+  auto done = sets_.TakeFinished([](const ProcessSet& st) {
+    return st.closed && st.held.empty() && !st.executor->BusyOrWakeWhenIdle();
+  });
   for (auto& st : done) {
     st->executor->Stop();
     st->channels = ProcessSetChannels();  // frees the communicators on the control thread
