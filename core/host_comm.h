@@ -75,8 +75,9 @@ class HostComm {
   virtual bool allreduces_pieces() const { return false; }
   // An allreduce of the pieces' concatenation as one vector of `dtype`: every rank's input is
   // multiplied by prescale before the reduction and the result by postscale (1: no scaling; each
-  // as cpu::ScaleCopy does it). Pieces may be of any count (>= 0) but must not overlap one
-  // another (PiecesOverlap); every rank passes the same counts.
+  // as cpu::ScaleCopy does it). Pieces may be of any count (>= 0); no output may overlap other
+  // memory of the call except its own input when in == out (PiecesOverlap), inputs may share
+  // memory. Every rank passes the same total count.
   Status AllreducePieces(const std::vector<ReducePiece>& pieces, DataType dtype, ReduceOp op,
                          double prescale, double postscale);
 
