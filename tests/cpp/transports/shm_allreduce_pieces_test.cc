@@ -157,7 +157,7 @@ void CheckPieces(int n, DataType t, double prescale, double postscale) {
       const std::vector<uint8_t> want = Expected(t, s, static_cast<int>(j), n, prescale, postscale);
       const std::vector<uint8_t>& got = s.mode == Mode::kInPlace ? ins[j] : outs[j];
       if (pieces[j].out != nullptr) {
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin()));
         EXPECT_EQ(got.back(), kGuard);
       } else {
         EXPECT_EQ(std::count(outs[j].begin(), outs[j].end(), kGuard),
