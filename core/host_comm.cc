@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace hvdc {
@@ -37,7 +38,34 @@ Status CheckPerRank(const char* what, const char* name, const std::vector<int64_
   return Status::OK();
 }
 
+struct Span {
+  uintptr_t begin, end;
+};
+
 }  // namespace
+
+bool PiecesOverlap(const std::vector<ReducePiece>& pieces, int64_t element_size) {
+  std::vector<Span> writes, reads;
+  for (const ReducePiece& p : pieces) {
+    if (p.count <= 0) continue;
+    const auto bytes = static_cast<uintptr_t>(p.count * element_size);
+    const auto in = reinterpret_cast<uintptr_t>(p.in), out = reinterpret_cast<uintptr_t>(p.out);
+    if (p.out != nullptr) writes.push_back({out, out + bytes});
+    if (p.in != nullptr && p.in != p.out) reads.push_back({in, in + bytes});
+  }
+  auto by_begin = [](const Span& a, const Span& b) { return a.begin < b.begin; };
+  std::sort(writes.begin(), writes.end(), by_begin);
+  for (size_t i = 1; i < writes.size(); ++i) {
+    if (writes[i].begin < writes[i - 1].end) return true;
+  }
+  // The writes are disjoint and sorted, so their ends are sorted too. Reads may overlap reads.
+  for (const Span& r : reads) {
+    auto w = std::upper_bound(writes.begin(), writes.end(), r.begin,
+                              [](uintptr_t a, const Span& s) { return a < s.end; });
+    if (w != writes.end() && w->begin < r.end) return true;
+  }
+  return false;
+}
 
 const char* HostComm::CollectiveName(Collective c) {
   switch (c) {
@@ -110,6 +138,31 @@ Status HostComm::ReduceScatter(const void* send, void* recv,
   if (bad.ok()) bad = CheckReduction("ReduceScatter", dtype, op);
   if (!bad.ok()) return Refuse(Collective::kReduceScatter, std::move(bad));
   return DoReduceScatter(send, recv, recv_counts, dtype, op);
+}
+
+Status HostComm::AllreducePieces(const std::vector<ReducePiece>& pieces, DataType dtype,
+                                 ReduceOp op, double prescale, double postscale) {
+  if (!allreduces_pieces()) {
+    return Status::PreconditionError("AllreducePieces: this data plane does not implement it");
+  }
+  Status bad = CheckReduction("AllreducePieces", dtype, op);
+  for (size_t i = 0; i < pieces.size() && bad.ok(); ++i) {
+    if (pieces[i].count < 0) {
+      bad = Status::InvalidArgument(
+          fmt::format("AllreducePieces: piece {} has a negative count ({})", i, pieces[i].count));
+    }
+  }
+  if (bad.ok() && PiecesOverlap(pieces, static_cast<int64_t>(DataTypeSize(dtype)))) {
+    bad = Status::InvalidArgument(
+        "AllreducePieces: an output overlaps another piece's memory (only in == out is allowed)");
+  }
+  if (!bad.ok()) return Refuse(Collective::kAllreduce, std::move(bad));
+  return DoAllreducePieces(pieces, dtype, op, prescale, postscale);
+}
+
+Status HostComm::DoAllreducePieces(const std::vector<ReducePiece>& /*pieces*/, DataType /*dtype*/,
+                                   ReduceOp /*op*/, double /*prescale*/, double /*postscale*/) {
+  return Status::PreconditionError("AllreducePieces: this data plane does not implement it");
 }
 
 Status HostComm::Refuse(Collective /*c*/, Status error) { return error; }

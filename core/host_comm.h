@@ -21,6 +21,19 @@
 
 namespace hvdc {
 
+// One piece of an AllreducePieces call: `count` elements read from `in` and written to `out`.
+// in == nullptr: this rank contributes zeros (a joined rank); out == nullptr: the result is
+// discarded; in == out: in place.
+struct ReducePiece {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t count = 0;
+};
+
+// Whether the pieces' memory overlaps anywhere except a piece's own in == out (each piece is
+// `element_size` bytes an element): AllreducePieces refuses such pieces.
+bool PiecesOverlap(const std::vector<ReducePiece>& pieces, int64_t element_size);
+
 class HostComm {
  public:
   enum class Collective {
@@ -57,6 +70,17 @@ class HostComm {
                        DataType dtype, ReduceOp op);
   Status Barrier() { return DoBarrier(); }
 
+  // Whether AllreducePieces is implemented by this data plane (else it returns an error and the
+  // caller packs the pieces into one buffer for Allreduce).
+  virtual bool allreduces_pieces() const { return false; }
+  // An allreduce of the pieces' concatenation as one vector of `dtype`: every rank's input is
+  // multiplied by prescale before the reduction and the result by postscale (1: no scaling; each
+  // as cpu::ScaleCopy does it). Pieces may be of any count (>= 0); no output may overlap other
+  // memory of the call except its own input when in == out (PiecesOverlap), inputs may share
+  // memory. Every rank passes the same total count.
+  Status AllreducePieces(const std::vector<ReducePiece>& pieces, DataType dtype, ReduceOp op,
+                         double prescale, double postscale);
+
  protected:
   // The collectives, called with arguments that passed the checks above.
   virtual Status DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
@@ -70,6 +94,9 @@ class HostComm {
                                  const std::vector<int64_t>& recv_counts, DataType dtype,
                                  ReduceOp op) = 0;
   virtual Status DoBarrier() = 0;
+  // Only called when allreduces_pieces() is true.
+  virtual Status DoAllreducePieces(const std::vector<ReducePiece>& pieces, DataType dtype,
+                                   ReduceOp op, double prescale, double postscale);
 
   // Runs instead of the Do* hook when this rank's arguments failed the check, with that error,
   // which it returns. By default nothing reaches the peers (their matching calls are left to fail

@@ -36,7 +36,7 @@ tsan_tests=(thread_rank_test thread_rank_stall_test negotiator_test join_test pr
             lifecycle_test runtime_reinit_test runtime_lifecycle_test host_comm_check_test
             local_conformance_test tcp_conformance_test tcp_transport_test
             tcp_mesh_test tcp_init_test tcp_fuzz_test shm_conformance_test shm_plane_test
-            hierarchical_host_comm_test)
+            shm_allreduce_pieces_test host_backend_test hierarchical_host_comm_test)
 # Without MPI: the suites that go through the C API, where the build's transports are chosen.
 # (The other suites compile to the same code with or without MPI; the plain build runs them.)
 nompi_tests=(builtins_test init_test tcp_init_test tcp_peer_loss_test tcp_partition_test

@@ -35,17 +35,69 @@ int64_t Piece(int64_t total, int64_t i, int64_t per) {
 
 int64_t Rounds(int64_t total, int64_t per) { return total <= 0 ? 1 : (total + per - 1) / per; }
 
+// Calls part(piece, offset in the piece, offset from lo, count) for the parts of the pieces that
+// cover elements [lo, hi) of their concatenation, in order; starts[j] is piece j's first element
+// and starts.back() the total.
+template <typename Part>
+void ForEachPart(const std::vector<ReducePiece>& pieces, const std::vector<int64_t>& starts,
+                 int64_t lo, int64_t hi, Part part) {
+  if (hi <= lo) return;
+  size_t j =
+      static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1);
+  for (; j < pieces.size() && starts[j] < hi; ++j) {
+    const int64_t a = std::max(lo, starts[j]), b = std::min(hi, starts[j + 1]);
+    if (b > a) part(pieces[j], a - starts[j], a - lo, b - a);
+  }
+}
+
 }  // namespace
 
 Status ShmHostComm::DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
                                 ReduceOp op) {
+  return DoAllreducePieces({ReducePiece{send, recv, count}}, dtype, op, 1.0, 1.0);
+}
+
+Status ShmHostComm::DoAllreducePieces(const std::vector<ReducePiece>& pieces, DataType dtype,
+                                      ReduceOp op, double prescale, double postscale) {
   const int64_t es = static_cast<int64_t>(DataTypeSize(dtype));
+  std::vector<int64_t> starts(pieces.size() + 1, 0);
+  for (size_t j = 0; j < pieces.size(); ++j) starts[j + 1] = starts[j] + pieces[j].count;
+  const int64_t count = starts.back();
+  // Elements [lo, hi) of this rank's input, prescaled, into dst (zeros for a piece without input).
+  auto copy_in = [&](uint8_t* dst, int64_t lo, int64_t hi) {
+    ForEachPart(pieces, starts, lo, hi,
+                [&](const ReducePiece& p, int64_t at, int64_t to, int64_t n) {
+                  if (p.in == nullptr) {
+                    std::memset(dst + to * es, 0, static_cast<size_t>(n * es));
+                  } else {
+                    cpu::ScaleCopy(dst + to * es, static_cast<const uint8_t*>(p.in) + at * es, n,
+                                   dtype, prescale);
+                  }
+                });
+  };
+  // The result's elements [lo, hi), from src, postscaled into the pieces' outputs.
+  auto copy_out = [&](const uint8_t* src, int64_t lo, int64_t hi) {
+    ForEachPart(pieces, starts, lo, hi,
+                [&](const ReducePiece& p, int64_t at, int64_t from, int64_t n) {
+                  if (p.out == nullptr) return;
+                  cpu::ScaleCopy(static_cast<uint8_t*>(p.out) + at * es, src + from * es, n, dtype,
+                                 postscale);
+                });
+  };
   if (size_ == 1) {
-    if (count > 0 && send != recv) std::memmove(recv, send, static_cast<size_t>(count * es));
+    ForEachPart(
+        pieces, starts, 0, count, [&](const ReducePiece& p, int64_t at, int64_t, int64_t n) {
+          if (p.out == nullptr) return;
+          uint8_t* out = static_cast<uint8_t*>(p.out) + at * es;
+          if (p.in == nullptr) {
+            std::memset(out, 0, static_cast<size_t>(n * es));
+          } else {
+            cpu::ScaleCopy(out, static_cast<const uint8_t*>(p.in) + at * es, n, dtype, prescale);
+          }
+          cpu::ScaleCopy(out, out, n, dtype, postscale);
+        });
     return Status::OK();
   }
-  const auto* in = static_cast<const uint8_t*>(send);
-  auto* out = static_cast<uint8_t*>(recv);
   const int64_t per = slot_bytes_ / es;
   const int64_t rounds = Rounds(count, per);
   for (int64_t i = 0; i < rounds; ++i) {
@@ -58,9 +110,10 @@ Status ShmHostComm::DoAllreduce(const void* send, void* recv, int64_t count, Dat
       d->op = static_cast<int32_t>(op);
       d->count = count;
     }
-    // The only copy in; in place is safe: recv's chunk is written only after every rank has
-    // copied its own chunk in.
-    Copy(Data(rank_), in + off * es, m * es);
+    // The only copy in, straight from the pieces. In place is safe: an output's chunk is written
+    // only after every rank has copied its own chunk in, and later rounds read later elements
+    // only (the pieces overlap nowhere else).
+    copy_in(Data(rank_), off, off + m);
     PublishPhase(1);
     HVDC_RETURN_IF_ERROR(WaitAll(1));
     if (i == 0) {
@@ -81,9 +134,10 @@ Status ShmHostComm::DoAllreduce(const void* send, void* recv, int64_t count, Dat
     }
     PublishPhase(2);
     HVDC_RETURN_IF_ERROR(WaitAll(2));
+    // The only copy out, straight into the outputs, postscaled on the way.
     for (int b = 0; b < size_; ++b) {
       const int64_t b_lo = m * b / size_, b_hi = m * (b + 1) / size_;
-      Copy(out + (off + b_lo) * es, Data(b) + b_lo * es, (b_hi - b_lo) * es);
+      copy_out(Data(b) + b_lo * es, off + b_lo, off + b_hi);
     }
     EndRound();
   }

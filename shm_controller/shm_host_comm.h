@@ -10,8 +10,11 @@
 //
 // Allreduce: each rank copies its chunk in (the only copy in), reduces its 1/n slice of the chunk
 // over every rank's input (so each element is reduced once, by one rank, and every rank gets the
-// same bits), then every rank copies all slices out. ReduceScatter: each rank reduces its own
-// block straight into its output, over the ranks in rank order.
+// same bits), then every rank copies all slices out. AllreducePieces is the same over a list of
+// pieces taken as one vector: a chunk is copied in straight from the pieces it covers (applying
+// the prescale in that copy) and out straight into their outputs (applying the postscale), so a
+// fused batch needs no fusion buffer; Allreduce is its one-piece case. ReduceScatter: each rank
+// reduces its own block straight into its output, over the ranks in rank order.
 //
 // Waits spin, yield, then sleep on a futex (shm_wait.h); while asleep they check that no rank has
 // aborted the plane and that the peer's process is alive and not stopped for longer than
@@ -42,10 +45,13 @@ class ShmHostComm : public HostComm {
   int size() const override { return size_; }
   int64_t slot_bytes() const { return slot_bytes_; }  // data bytes a rank moves per round
   const std::string& segment_name() const { return segment_->name(); }  // for tests
+  bool allreduces_pieces() const override { return true; }
 
  private:
   Status DoAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
                      ReduceOp op) override;
+  Status DoAllreducePieces(const std::vector<ReducePiece>& pieces, DataType dtype, ReduceOp op,
+                           double prescale, double postscale) override;
   Status DoAllgatherv(const void* send, int64_t send_bytes, void* recv,
                       const std::vector<int64_t>& recv_bytes) override;
   Status DoBroadcast(void* buf, int64_t bytes, int root) override;

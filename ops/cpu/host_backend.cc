@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "core/timeline.h"
 #include "ops/collective_layout.h"
@@ -82,12 +84,46 @@ class HostBackend : public Backend {
     return Status::OK();
   }
 
+  // This rank's part of an item: its tensor, or (joined) zeros in and nothing out.
+  static ReducePiece PieceOf(const BatchItem& item) {
+    const int64_t count = NumElements(item.response->shape);
+    if (!item.entry) return ReducePiece{nullptr, nullptr, count};
+    return ReducePiece{item.entry->input, item.entry->output, count};
+  }
+
+  // On a data plane that reduces pieces where they are (HostComm::allreduces_pieces): one call
+  // that scales on its way in and out, with no fusion buffer and no separate scaling pass. Inputs
+  // that overlap another piece's output (aliased tensors) are first staged in the fusion buffer,
+  // so every rank still makes the same call.
+  static Status AllreducePieces(ExecutionContext& ctx, const Batch& b,
+                                std::vector<ReducePiece> pieces) {
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
+    if (PiecesOverlap(pieces, esize)) {
+      auto staged = [](const ReducePiece& p) { return p.in != nullptr && p.in != p.out; };
+      int64_t total = 0;
+      for (const ReducePiece& p : pieces) {
+        if (staged(p)) total += (p.count * esize + 63) / 64 * 64;
+      }
+      uint8_t* at = ctx.buffer->Reserve(total);
+      for (ReducePiece& p : pieces) {
+        if (!staged(p)) continue;
+        if (p.count > 0) std::memcpy(at, p.in, static_cast<size_t>(p.count * esize));
+        p.in = at;
+        at += (p.count * esize + 63) / 64 * 64;
+      }
+    }
+    return ctx.comm->AllreducePieces(pieces, b.dtype, b.reduce_op, b.prescale, b.postscale);
+  }
+
   static Status DirectAllreduce(Batch& b, ExecutionContext& ctx) {
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     Activity act(ctx, b, "MPI_ALLREDUCE");
     for (auto& item : b.items) {
       const int64_t count = NumElements(item.response->shape);
-      if (item.entry) {
+      if (ctx.comm->allreduces_pieces()) {
+        // One piece: the data plane chunks it, the scaling rides on its copies in and out.
+        HVDC_RETURN_IF_ERROR(AllreducePieces(ctx, b, {PieceOf(item)}));
+      } else if (item.entry) {
         HVDC_RETURN_IF_ERROR(ChunkedAllreduce(ctx, b,
                                               static_cast<const uint8_t*>(item.entry->input),
                                               static_cast<uint8_t*>(item.entry->output), count));
@@ -102,6 +138,14 @@ class HostBackend : public Backend {
   }
 
   static Status FusedAllreduce(Batch& b, ExecutionContext& ctx) {
+    if (ctx.comm->allreduces_pieces()) {
+      // The data plane's copy in is the fusion copy, its copy out the unpacking.
+      std::vector<ReducePiece> pieces;
+      pieces.reserve(b.items.size());
+      for (auto& item : b.items) pieces.push_back(PieceOf(item));
+      Activity act(ctx, b, "MPI_ALLREDUCE");
+      return AllreducePieces(ctx, b, std::move(pieces));
+    }
     const int64_t esize = static_cast<int64_t>(DataTypeSize(b.dtype));
     std::vector<int64_t> offsets;
     int64_t total = 0;

@@ -15,9 +15,11 @@ using Collective = HostComm::Collective;
 
 class RecordingComm : public HostComm {
  public:
-  RecordingComm(int rank, int size) : rank_(rank), size_(size) {}
+  RecordingComm(int rank, int size, bool pieces = true)
+      : rank_(rank), size_(size), pieces_(pieces) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool allreduces_pieces() const override { return pieces_; }
 
   std::vector<std::string> ran;  // the hooks that ran, in order
   std::vector<Collective> refused;
@@ -39,6 +41,10 @@ class RecordingComm : public HostComm {
     return Ran("ReduceScatter");
   }
   Status DoBarrier() override { return Ran("Barrier"); }
+  Status DoAllreducePieces(const std::vector<ReducePiece>&, DataType, ReduceOp, double,
+                           double) override {
+    return Ran("AllreducePieces");
+  }
   Status Refuse(Collective c, Status error) override {
     refused.push_back(c);
     return HostComm::Refuse(c, std::move(error));
@@ -50,6 +56,7 @@ class RecordingComm : public HostComm {
 
   const int rank_;
   const int size_;
+  const bool pieces_;
 };
 
 class HostCommCheckTest : public ::testing::TestWithParam<int> {};
@@ -117,6 +124,42 @@ TEST_P(HostCommCheckTest, BadArgumentsNeverReachTheImplementation) {
   ExpectRefused(n, Collective::kReduceScatter, [&](HostComm& c, int) {
     return c.ReduceScatter(nullptr, nullptr, ones, f32, ReduceOp::kAdasum);
   });
+  float a[8] = {};
+  ExpectRefused(n, Collective::kAllreduce, [&](HostComm& c, int) {
+    return c.AllreducePieces({{a, a, 2}, {nullptr, nullptr, -1}}, f32, ReduceOp::kSum, 1, 1);
+  });
+  ExpectRefused(n, Collective::kAllreduce, [&](HostComm& c, int) {
+    return c.AllreducePieces({{a, a, 2}}, f32, ReduceOp::kAdasum, 1, 1);
+  });
+  ExpectRefused(n, Collective::kAllreduce, [&](HostComm& c, int) {  // an output over an input
+    return c.AllreducePieces({{a, a + 4, 4}, {a + 6, a + 6, 2}}, f32, ReduceOp::kSum, 1, 1);
+  });
+}
+
+TEST(HostCommPieces, OnlyOutputsMayNotOverlap) {
+  float a[16] = {};
+  auto overlap = [](const std::vector<ReducePiece>& p) { return PiecesOverlap(p, 4); };
+  EXPECT_FALSE(overlap({}));
+  EXPECT_FALSE(overlap({{a, a, 16}}));                           // in place
+  EXPECT_FALSE(overlap({{a, a + 8, 8}}));                        // out of place, disjoint
+  EXPECT_FALSE(overlap({{a, a + 4, 4}, {a, a + 8, 4}}));         // inputs shared: read only
+  EXPECT_TRUE(overlap({{a, a + 8, 8}, {a + 8, nullptr, 8}}));    // reads another's output
+  EXPECT_FALSE(overlap({{a, a, 4}, {a + 4, a + 4, 4}}));         // adjacent
+  EXPECT_FALSE(overlap({{nullptr, nullptr, 4}, {a, a, 4}}));     // joined piece
+  EXPECT_FALSE(overlap({{a, a + 1, 0}, {a + 1, a + 1, 2}}));     // empty piece
+  EXPECT_TRUE(overlap({{a, a, 4}, {a + 3, a + 8, 2}}));          // reads another's output
+  EXPECT_TRUE(overlap({{a, a + 2, 4}}));                         // partly in place
+  EXPECT_TRUE(overlap({{a, a + 8, 4}, {a + 4, a + 10, 4}}));     // outputs overlap
+  EXPECT_TRUE(overlap({{nullptr, a, 4}, {nullptr, a + 3, 4}}));  // outputs overlap
+}
+
+// A data plane that does not implement it says so (the caller packs a buffer instead).
+TEST(HostCommPieces, UnsupportedIsAPreconditionError) {
+  RecordingComm comm(0, 2, /*pieces=*/false);
+  float a[4] = {};
+  const Status s = comm.AllreducePieces({{a, a, 4}}, DataType::kFloat32, ReduceOp::kSum, 1, 1);
+  EXPECT_EQ(s.code(), StatusCode::kPreconditionError) << s.ToString();
+  EXPECT_TRUE(comm.ran.empty());
 }
 
 TEST_P(HostCommCheckTest, GoodArgumentsReachTheImplementation) {
@@ -134,9 +177,13 @@ TEST_P(HostCommCheckTest, GoodArgumentsReachTheImplementation) {
     EXPECT_TRUE(comm.Alltoallv(nullptr, uneven, nullptr, uneven).ok());
     EXPECT_TRUE(comm.ReduceScatter(nullptr, nullptr, uneven, DataType::kInt8, ReduceOp::kMax).ok());
     EXPECT_TRUE(comm.Barrier().ok());
+    float a[4] = {};
+    EXPECT_TRUE(comm.AllreducePieces({{a, a, 2}, {nullptr, nullptr, 0}, {a + 2, nullptr, 2}},
+                                     DataType::kFloat32, ReduceOp::kSum, 0.5, 2)
+                    .ok());
     const std::vector<std::string> expected = {
-        "Allreduce",  "Allreduce", "Allreduce", "Allreduce",     "Allreduce",
-        "Allgatherv", "Broadcast", "Alltoallv", "ReduceScatter", "Barrier"};
+        "Allreduce", "Allreduce", "Allreduce",     "Allreduce", "Allreduce",      "Allgatherv",
+        "Broadcast", "Alltoallv", "ReduceScatter", "Barrier",   "AllreducePieces"};
     EXPECT_EQ(comm.ran, expected);
     EXPECT_TRUE(comm.refused.empty());
   }
