@@ -484,7 +484,7 @@ std::string Config::Describe() const {
   line("HVDC_ZERO_COPY_BYTES", zero_copy_bytes);
   line("HVDC_SHM", b(shm_enabled));
   line("HVDC_SHM_CONTROL", b(shm_control));
-  line("HVDC_SHM_BYTES", shm_bytes);
+  line("HVDC_SHM_BYTES", shm_bytes == 0 ? std::string("auto") : std::to_string(shm_bytes));
   line("HOROVOD_HIERARCHICAL_ALLREDUCE", b(hierarchical_allreduce));
   line("HOROVOD_HIERARCHICAL_ALLGATHER", b(hierarchical_allgather));
   line("under_launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, PMI_RANK)", b(under_launcher));

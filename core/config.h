@@ -121,7 +121,8 @@ struct Config {
   bool shm_control = true;
   // HVDC_SHM_BYTES: the size of each such set's shared-memory segment; a larger call is carried
   // in rounds. Too small for the set's ranks, or more than /dev/shm holds: logged, not used.
-  int64_t shm_bytes = 16LL * 1024 * 1024;
+  // 0 (the default): chosen per set (shm::DefaultSegmentBytes), from measurements.
+  int64_t shm_bytes = 0;
   // HOROVOD_HIERARCHICAL_ALLREDUCE, HOROVOD_HIERARCHICAL_ALLGATHER (horovodrun
   // --hierarchical-allreduce / --hierarchical-allgather): a process set spanning hosts, with the
   // same number of its ranks on each, runs allreduce / allgather in three steps -- within each

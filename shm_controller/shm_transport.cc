@@ -30,6 +30,7 @@ constexpr int64_t kControlChunkBytes = 32 * 1024;
 // The creator's verdict, broadcast to the members.
 struct Offer {
   uint64_t job_id = 0;
+  int64_t bytes = 0;  // the segment's size, as the creator chose it
   int32_t index = 0;
   int32_t created = 0;
 };
@@ -192,33 +193,30 @@ Status SameHost(HostComm& boot, const std::string& identity, bool* same) {
   return Status::OK();
 }
 
-// Collective over `boot` (members of one host): member 0 creates a segment of `bytes`, every
-// member attaches, and the name is gone before anyone returns. *out is null on every member when
-// any could not (the reason logged by those that failed, naming `what`).
+// Collective over `boot` (members of one host): member 0 creates a segment of `bytes` (its own
+// value: the others take its size), every member attaches, and the name is gone before anyone
+// returns. *out is null on every member when any could not (the reason logged by those that failed,
+// naming `what`).
 Status ShareSegment(HostComm& boot, const std::vector<int>& world_ranks, int64_t bytes,
                     const char* what, std::unique_ptr<Segment>* out) {
   out->reset();
   const int n = boot.size(), me = boot.rank();
-  const SegmentSpec spec{0, n, bytes};
   Offer offer;
   std::unique_ptr<Segment> segment;
   std::string name;
   Status made;
   if (me == 0) {
     offer.job_id = RandomJobId();
+    offer.bytes = bytes;
     offer.index = next_index.fetch_add(1);
     name = SegmentName(offer.job_id, offer.index);
-    SegmentSpec mine = spec;
-    mine.job_id = offer.job_id;
-    made = Segment::Create(name, mine, &segment);
+    made = Segment::Create(name, SegmentSpec{offer.job_id, n, bytes}, &segment);
     offer.created = made.ok() ? 1 : 0;
   }
   HVDC_RETURN_IF_ERROR(boot.Broadcast(&offer, sizeof(offer), 0));
   if (me != 0 && offer.created) {
     name = SegmentName(offer.job_id, offer.index);
-    SegmentSpec theirs = spec;
-    theirs.job_id = offer.job_id;
-    made = Segment::Attach(name, theirs, &segment);
+    made = Segment::Attach(name, SegmentSpec{offer.job_id, n, offer.bytes}, &segment);
   }
   // Every member has attached (or given up): then the name goes, so no exit can leave it behind.
   int32_t attached = made.ok() && offer.created ? 1 : 0, all = 0;
@@ -242,6 +240,12 @@ Status ShareSegment(HostComm& boot, const std::vector<int>& world_ranks, int64_t
 
 }  // namespace
 
+int64_t DefaultSegmentBytes(int nranks) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 0 && nranks > cores) return 16LL << 20;
+  return static_cast<int64_t>(nranks) << 20;
+}
+
 Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
                          const ShmOptions& options, std::unique_ptr<HostComm>* out) {
   out->reset();
@@ -251,11 +255,13 @@ Status CreateShmHostComm(HostComm& boot, const std::vector<int>& world_ranks,
   HVDC_RETURN_IF_ERROR(SameHost(boot, options.host, &same));
   if (!same) return Status::OK();  // ranks on several hosts: the transport's data plane, as before
   std::unique_ptr<Segment> segment;
-  HVDC_RETURN_IF_ERROR(ShareSegment(boot, world_ranks, options.bytes, "data plane", &segment));
+  const int64_t bytes = options.bytes > 0 ? options.bytes : DefaultSegmentBytes(n);
+  HVDC_RETURN_IF_ERROR(ShareSegment(boot, world_ranks, bytes, "data plane", &segment));
   if (!segment) return Status::OK();
+  const int64_t size = segment->bytes();
   out->reset(new ShmHostComm(std::move(segment), me, world_ranks, options.peer_timeout_s));
   LogDebug("rank {}: shared-memory data plane for a set of {} ranks ({} bytes, {} per round)",
-           world_ranks[me], n, options.bytes, static_cast<ShmHostComm*>(out->get())->slot_bytes());
+           world_ranks[me], n, size, static_cast<ShmHostComm*>(out->get())->slot_bytes());
   return Status::OK();
 }
 

@@ -26,10 +26,10 @@ namespace hvdc {
 namespace shm {
 
 struct ShmOptions {
-  bool enabled = true;          // HVDC_SHM
-  bool control = true;          // HVDC_SHM_CONTROL: negotiate through shared memory too
-  int64_t bytes = 16LL << 20;   // HVDC_SHM_BYTES: one segment (per process set)
-  std::string host;             // this rank's host identity (HOROVOD_HOSTNAME or hostname)
+  bool enabled = true;  // HVDC_SHM
+  bool control = true;  // HVDC_SHM_CONTROL: negotiate through shared memory too
+  int64_t bytes = 0;    // HVDC_SHM_BYTES: one segment (per process set); 0: DefaultSegmentBytes
+  std::string host;     // this rank's host identity (HOROVOD_HOSTNAME or hostname)
   double peer_timeout_s = 4.0;  // HOROVOD_PEER_TIMEOUT_SECONDS: a stopped peer is lost after
   // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER: a set spanning hosts with the same number of
   // members on each runs these through HierarchicalHostComm (hierarchical_host_comm.h).
@@ -37,6 +37,13 @@ struct ShmOptions {
   bool hierarchical_allgather = false;
   static ShmOptions FromConfig(const Config& config);
 };
+
+// The data segment of a set of `nranks` on one host, when HVDC_SHM_BYTES does not say: 1 MiB per
+// member (slots of about 512 KiB, which a round's three passes keep in a core's L2) while the
+// host has a core for each member; 16 MiB when it has fewer (ranks then take turns on the cores,
+// and every round waits for each of them: fewer, larger rounds). Measured at np=2 and 4 on the
+// 2-core VM: docs/shm.md.
+int64_t DefaultSegmentBytes(int nranks);
 
 // Collective over the members of `boot` (every member calls it, in the same order for every set):
 // on success *out is the plane, or null when it cannot be used here (the reason logged). An error

@@ -121,8 +121,17 @@ class HostBackend : public Backend {
     for (auto& item : b.items) {
       const int64_t count = NumElements(item.response->shape);
       if (ctx.comm->allreduces_pieces()) {
-        // One piece: the data plane chunks it, the scaling rides on its copies in and out.
-        HVDC_RETURN_IF_ERROR(AllreducePieces(ctx, b, {PieceOf(item)}));
+        // One piece per chunk, the scaling riding on the plane's copies in and out.
+        const ReducePiece whole = PieceOf(item);
+        const int64_t chunk = std::max<int64_t>(1, ctx.config->chunk_bytes / esize);
+        for (int64_t start = 0; start < count || start == 0; start += chunk) {
+          ReducePiece part = whole;
+          part.count = std::min(chunk, count - start);
+          if (part.in) part.in = static_cast<const uint8_t*>(whole.in) + start * esize;
+          if (part.out) part.out = static_cast<uint8_t*>(whole.out) + start * esize;
+          HVDC_RETURN_IF_ERROR(AllreducePieces(ctx, b, {part}));
+          if (count == 0) break;
+        }
       } else if (item.entry) {
         HVDC_RETURN_IF_ERROR(ChunkedAllreduce(ctx, b,
                                               static_cast<const uint8_t*>(item.entry->input),

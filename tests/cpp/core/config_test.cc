@@ -62,7 +62,7 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.chunk_bytes, d.chunk_bytes);
   EXPECT_EQ(c.zero_copy_bytes, d.zero_copy_bytes);
   EXPECT_TRUE(c.shm_enabled);
-  EXPECT_EQ(c.shm_bytes, 16 * 1024 * 1024);
+  EXPECT_EQ(c.shm_bytes, 0);  // chosen per process set
   EXPECT_FALSE(c.hierarchical_allreduce);
   EXPECT_FALSE(c.hierarchical_allgather);
   EXPECT_FALSE(c.under_launcher);
