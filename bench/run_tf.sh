@@ -225,9 +225,9 @@ b5o() {
     wait
     ours=$(per_rank "$TMP/ours.log"); b0=$(per_rank "$TMP/base0.log"); b1=$(per_rank "$TMP/base1.log")
     python3 -c "
-  ours, base = $ours, ($b0 + $b1) / 2
-  print(f'round $round: ours {ours:.2f} img/sec per rank (rank 0); without the runtime {base:.2f}'
-        f' (mean of the two processes); ours/without = {ours / base:.3f}')"
+ours, base = $ours, ($b0 + $b1) / 2
+print(f'round $round: ours {ours:.2f} img/sec per rank (rank 0); without the runtime {base:.2f}'
+      f' (mean of the two processes); ours/without = {ours / base:.3f}')"
   done
 }
 
