@@ -214,16 +214,19 @@ class ExchangeOp : public PendingOp {
 };
 
 ShmControlChannel::ShmControlChannel(std::unique_ptr<Segment> segment, int rank,
-                                     std::vector<int> world_ranks, double peer_timeout_s)
+                                     std::vector<int> world_ranks, double peer_timeout_s,
+                                     double defer_s)
     : segment_(std::move(segment)),
       lines_(reinterpret_cast<RankLine*>(segment_->base() + kLine)),
       rank_(rank),
       size_(static_cast<int>(world_ranks.size())),
       world_ranks_(std::move(world_ranks)),
       peer_timeout_s_(peer_timeout_s),
+      defer_s_(defer_s),
       desc_bytes_(static_cast<int64_t>(segment_->header()->desc_bytes)),
       chunk_bytes_(static_cast<int64_t>(segment_->header()->slot_bytes)),
-      stopped_(static_cast<size_t>(size_)) {
+      stopped_(static_cast<size_t>(size_)),
+      exited_since_ns_(static_cast<size_t>(size_), 0) {
   __atomic_store_n(&lines_[rank_].pid, static_cast<int32_t>(getpid()), __ATOMIC_RELEASE);
 }
 
@@ -247,14 +250,17 @@ Status ShmControlChannel::CheckMissing(uint32_t target) {
     const int32_t pid = __atomic_load_n(&lines_[q].pid, __ATOMIC_ACQUIRE);
     if (pid <= 0 || pid == getpid()) continue;  // not attached yet, or a thread of ours
     const ProcessLiveness liveness = LivenessOf(pid);
+    const int64_t now = MonotonicNs();
     if (liveness == ProcessLiveness::kExited) {
+      if (exited_since_ns_[q] == 0) exited_since_ns_[q] = now;
+      if (now - exited_since_ns_[q] < static_cast<int64_t>(defer_s_ * 1e9)) continue;
       broken_ = Status::PeerLost(fmt::format(
           "shared-memory control channel: rank {} (pid {}) has exited", world_ranks_[q], pid));
-    } else if (stopped_[q].StoppedTooLong(liveness, MonotonicNs(), peer_timeout_s_)) {
+    } else if (stopped_[q].StoppedTooLong(liveness, now, peer_timeout_s_ + defer_s_)) {
       broken_ = Status::PeerLost(
           fmt::format("shared-memory control channel: rank {} (pid {}) has been stopped for more "
                       "than {} s",
-                      world_ranks_[q], pid, peer_timeout_s_));
+                      world_ranks_[q], pid, peer_timeout_s_ + defer_s_));
     }
   }
   return broken_;

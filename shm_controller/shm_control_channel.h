@@ -17,7 +17,11 @@
 // Test() never blocks or sleeps: it reads the peers' counters (the control thread's own loop
 // decides how often). While a round waits it checks, every kLivenessEveryNs, that the missing
 // peers' processes live: one that has exited, or has been stopped for longer than the peer timeout,
-// fails the operation naming it, and the channel with it.
+// fails the operation naming it, and the channel with it. Under a transport that reports lost
+// peers itself (TCP: at once for a killed process, after the peer timeout for a stopped one) the
+// verdict waits `defer_s` longer, so that the transport's report -- naming the peer's address, as
+// every other path of the job does -- comes first; under MPI, which cannot tell, it is the only
+// report.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +40,11 @@ namespace shm {
 class ShmControlChannel : public ControlChannel {
  public:
   static constexpr int64_t kLivenessEveryNs = 50 * 1000 * 1000;
+  static constexpr double kDeferToTransportS = 2.0;
 
   // The segment is attached by every member; world_ranks[r] names channel rank r in messages.
   ShmControlChannel(std::unique_ptr<Segment> segment, int rank, std::vector<int> world_ranks,
-                    double peer_timeout_s);
+                    double peer_timeout_s, double defer_s = 0);
   ~ShmControlChannel() override;
 
   int rank() const override { return rank_; }
@@ -66,12 +71,14 @@ class ShmControlChannel : public ControlChannel {
   const int size_;
   const std::vector<int> world_ranks_;
   const double peer_timeout_s_;
+  const double defer_s_;
   const int64_t desc_bytes_;
   const int64_t chunk_bytes_;
   uint64_t round_ = 0;  // rounds this rank has begun (its counter's value)
   Status broken_;       // set once a peer is lost: every later operation fails with it
   int64_t next_check_ns_ = 0;
   std::vector<StopClock> stopped_;
+  std::vector<int64_t> exited_since_ns_;  // per peer: when first seen exited, or 0
 };
 
 }  // namespace shm

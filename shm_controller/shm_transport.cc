@@ -64,6 +64,7 @@ class ShmTransport : public Transport {
   bool threads_supported() const override { return inner_->threads_supported(); }
   Status CreateProcessSet(const std::vector<int>& world_ranks, ProcessSetChannels* out) override {
     HVDC_RETURN_IF_ERROR(inner_->CreateProcessSet(world_ranks, out));
+    options_.transport_reports_loss = inner_->loss_ends_every_wait();
     if (hosts_.empty()) HVDC_RETURN_IF_ERROR(GatherHosts(world_ranks, out->data.get()));
     // Every world rank decides alike (same layout, same agreed flags): the hierarchical set-up
     // below is collective over the world.
@@ -153,7 +154,7 @@ class ShmTransport : public Transport {
   }
 
   std::unique_ptr<Transport> inner_;
-  const ShmOptions options_;
+  ShmOptions options_;
   // Set once, by the first CreateProcessSet (the control thread's, like every set creation).
   std::vector<std::string> hosts_;  // [w]: world rank w's host identity
   ShmOptions agreed_;               // options_ with the switches every rank agrees on
@@ -273,8 +274,10 @@ Status CreateShmControlChannel(HostComm& boot, const std::vector<int>& world_ran
   std::unique_ptr<Segment> segment;
   HVDC_RETURN_IF_ERROR(ShareSegment(boot, world_ranks, bytes, "control channel", &segment));
   if (!segment) return Status::OK();
-  out->reset(
-      new ShmControlChannel(std::move(segment), boot.rank(), world_ranks, options.peer_timeout_s));
+  // A transport that reports lost peers itself names them by address: it goes first.
+  const double defer_s = options.transport_reports_loss ? ShmControlChannel::kDeferToTransportS : 0;
+  out->reset(new ShmControlChannel(std::move(segment), boot.rank(), world_ranks,
+                                   options.peer_timeout_s, defer_s));
   return Status::OK();
 }
 

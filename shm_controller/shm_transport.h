@@ -31,6 +31,9 @@ struct ShmOptions {
   int64_t bytes = 0;    // HVDC_SHM_BYTES: one segment (per process set); 0: DefaultSegmentBytes
   std::string host;     // this rank's host identity (HOROVOD_HOSTNAME or hostname)
   double peer_timeout_s = 4.0;  // HOROVOD_PEER_TIMEOUT_SECONDS: a stopped peer is lost after
+  // Set by the wrapper: the inner transport reports lost peers itself (TCP), naming them by
+  // address; the control channel then leaves it a head start (ShmControlChannel).
+  bool transport_reports_loss = false;
   // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER: a set spanning hosts with the same number of
   // members on each runs these through HierarchicalHostComm (hierarchical_host_comm.h).
   bool hierarchical_allreduce = false;

@@ -2,7 +2,8 @@
 // it at np = 2, 3, 4, payloads to 3 MiB): which sets get it, ranks that disagree on the operation,
 // and a peer process killed or stopped while its partner waits in a round -- the operation fails
 // with PeerLost naming the rank (killed: within the liveness check's period; stopped: after the
-// peer timeout), Missing() names it meanwhile, and the channel stays failed.
+// peer timeout; later still under a transport that reports losses itself), Missing() names it
+// meanwhile, and the channel stays failed.
 #include "shm_controller/shm_control_channel.h"
 
 #include <gtest/gtest.h>
@@ -136,7 +137,7 @@ struct Pair {
   pid_t child = -1;
 };
 
-Pair Start() {
+Pair Start(double defer_s = 0) {
   Pair pair;
   std::random_device rd;
   const uint64_t job = (static_cast<uint64_t>(rd()) << 32) | rd();
@@ -158,8 +159,8 @@ Pair Start() {
     if (!Finish(*op, &s) || !s.ok() || bits[0] != 2) _exit(3);
     for (;;) pause();
   }
-  pair.channel = std::make_unique<shm::ShmControlChannel>(std::move(segment), 0,
-                                                          std::vector<int>{0, 1}, kPeerTimeout);
+  pair.channel = std::make_unique<shm::ShmControlChannel>(
+      std::move(segment), 0, std::vector<int>{0, 1}, kPeerTimeout, defer_s);
   std::vector<uint64_t> bits = {3};
   Status s;
   auto op = pair.channel->StartBitAnd(&bits);
@@ -207,6 +208,23 @@ TEST(ShmControlChannel, StoppedPeerFailsTheRoundAfterThePeerTimeout) {
   kill(pair.child, SIGKILL);
   int status = 0;
   waitpid(pair.child, &status, 0);
+}
+
+// Under a transport that reports lost peers itself, the channel leaves it a head start: the round
+// fails only once the peer has been seen exited for the deferral, and then as before.
+TEST(ShmControlChannel, UnderALossReportingTransportTheVerdictWaits) {
+  constexpr double kDefer = 1.0;
+  Pair pair = Start(kDefer);
+  ASSERT_NE(pair.channel, nullptr);
+  ASSERT_GT(pair.child, 0);
+  kill(pair.child, SIGKILL);
+  int status = 0;
+  waitpid(pair.child, &status, 0);
+  const auto begun = std::chrono::steady_clock::now();
+  ExpectLost(*pair.channel, "exited");
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count();
+  EXPECT_GE(waited, kDefer);  // a lower bound the channel guarantees, not a speed
 }
 
 }  // namespace
