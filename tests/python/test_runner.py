@@ -378,12 +378,16 @@ def test_uncaught_exception_under_alias_fails_the_job(tmp_path):
 
 
 # Prints sys.path before anything else, then where horovod_compat came from.
+# Each line in one write: with PYTHONUNBUFFERED set, print() writes the text and its newline
+# separately, and mpirun then once forwarded two ranks' lines run together ("...]SYSPATH [...").
 SYS_PATH_SCRIPT = """
     import json, sys
-    print("SYSPATH " + json.dumps(sys.path), flush=True)
+    sys.stdout.write("SYSPATH " + json.dumps(sys.path) + "\\n")
+    sys.stdout.flush()
     import horovod_compat
     import horovod
-    print("PACKAGE " + horovod_compat.__file__, flush=True)
+    sys.stdout.write("PACKAGE " + horovod_compat.__file__ + "\\n")
+    sys.stdout.flush()
 """
 
 
