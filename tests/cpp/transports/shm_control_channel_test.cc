@@ -18,18 +18,17 @@
 #include <thread>
 #include <vector>
 
-#include "local_controller/local_world.h"
 #include "shm_controller/shm_host_comm.h"
 #include "shm_controller/shm_segment.h"
 #include "shm_controller/shm_transport.h"
 #include "tests/cpp/conformance/suite_util.h"
+#include "tests/cpp/util/shm_world.h"
 
 namespace hvdc {
 namespace {
 
 using conformance::MakeSet;
 using conformance::Range;
-using conformance::ThreadWorld;
 using conformance::World;
 
 shm::ShmOptions Options() {
@@ -37,20 +36,6 @@ shm::ShmOptions Options() {
   o.bytes = 64 * 1024;
   o.host = "one-host";
   return o;
-}
-
-std::unique_ptr<World> MakeWorld(int n, const shm::ShmOptions& options,
-                                 const std::vector<std::string>& hosts = {}) {
-  return ThreadWorld::Make(n, [&](int size) {
-    std::shared_ptr<LocalWorld> world = LocalWorld::Create(size);
-    std::vector<std::unique_ptr<Transport>> out;
-    for (int r = 0; r < size; ++r) {
-      shm::ShmOptions o = options;
-      if (!hosts.empty()) o.host = hosts[r];
-      out.push_back(shm::MakeShmTransport(MakeLocalTransport(world, r), o));
-    }
-    return out;
-  });
 }
 
 // Runs op to completion, polling as the control thread does; false if it has not finished in 20 s.
@@ -80,7 +65,7 @@ TEST(ShmControlChannel, OneHostSetsNegotiateThroughSharedMemory) {
   const int n = 3;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.why);
-    auto world = MakeWorld(n, c.options, c.hosts);
+    auto world = MakeShmWorld(n, c.options, c.hosts);
     ASSERT_NE(world, nullptr);
     world->Run([&](Transport& t) {
       ProcessSetChannels set = MakeSet(t, Range(0, n));
@@ -99,7 +84,7 @@ TEST(ShmControlChannel, OneHostSetsNegotiateThroughSharedMemory) {
 // Ranks in different operations, or ANDing different lengths: every rank fails, saying so.
 TEST(ShmControlChannel, DisagreementFailsEveryRank) {
   const int n = 2;
-  auto world = MakeWorld(n, Options());
+  auto world = MakeShmWorld(n, Options());
   ASSERT_NE(world, nullptr);
   world->Run([&](Transport& t) {
     ProcessSetChannels set = MakeSet(t, Range(0, n));

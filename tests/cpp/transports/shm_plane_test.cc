@@ -15,19 +15,18 @@
 #include <string>
 #include <vector>
 
-#include "local_controller/local_world.h"
 #include "ops/cpu/kernels.h"
 #include "shm_controller/shm_host_comm.h"
 #include "shm_controller/shm_segment.h"
 #include "shm_controller/shm_transport.h"
 #include "tests/cpp/conformance/suite_util.h"
+#include "tests/cpp/util/shm_world.h"
 
 namespace hvdc {
 namespace {
 
 using conformance::MakeSet;
 using conformance::Range;
-using conformance::ThreadWorld;
 using conformance::World;
 
 constexpr int64_t kSegment = 64 * 1024;
@@ -37,20 +36,6 @@ shm::ShmOptions Options(int64_t bytes = kSegment) {
   o.bytes = bytes;
   o.host = "one-host";
   return o;
-}
-
-std::unique_ptr<World> MakeWorld(int n, const shm::ShmOptions& options,
-                                 const std::vector<std::string>& hosts = {}) {
-  return ThreadWorld::Make(n, [&](int size) {
-    std::shared_ptr<LocalWorld> world = LocalWorld::Create(size);
-    std::vector<std::unique_ptr<Transport>> out;
-    for (int r = 0; r < size; ++r) {
-      shm::ShmOptions o = options;
-      if (!hosts.empty()) o.host = hosts[r];
-      out.push_back(shm::MakeShmTransport(MakeLocalTransport(world, r), o));
-    }
-    return out;
-  });
 }
 
 bool InDevShm(const std::string& name) {
@@ -68,7 +53,7 @@ void CheckLargeSum(int n, DataType dtype) {
   const int64_t es = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t count = kSegment * 7 / 2 / es + 1;
   std::vector<std::vector<uint8_t>> results(n);
-  auto world = MakeWorld(n, Options());
+  auto world = MakeShmWorld(n, Options());
   ASSERT_NE(world, nullptr);
   world->Run([&](Transport& t) {
     ProcessSetChannels set = MakeSet(t, Range(0, n));
@@ -132,7 +117,7 @@ TEST(ShmPlane, SumOfThreeAndAHalfSegmentsIsBitIdentical) {
 TEST(ShmPlane, SoakOfRandomSizes) {
   const int n = 3;
   const int kOps = 10000;
-  auto world = MakeWorld(n, Options());
+  auto world = MakeShmWorld(n, Options());
   ASSERT_NE(world, nullptr);
   world->Run([&](Transport& t) {
     ProcessSetChannels set = MakeSet(t, Range(0, n));
@@ -221,10 +206,10 @@ TEST(ShmPlane, FallsBackWhenItCannotBeUsed) {
   shm::ShmOptions off = Options();
   off.enabled = false;
   std::vector<std::pair<std::string, std::unique_ptr<World>>> worlds;
-  worlds.emplace_back("HVDC_SHM=0", MakeWorld(n, off));
-  worlds.emplace_back("tiny segment", MakeWorld(n, Options(512)));
-  worlds.emplace_back("larger than /dev/shm", MakeWorld(n, Options(int64_t{1} << 40)));
-  worlds.emplace_back("several hosts", MakeWorld(n, Options(), {"a", "a", "b"}));
+  worlds.emplace_back("HVDC_SHM=0", MakeShmWorld(n, off));
+  worlds.emplace_back("tiny segment", MakeShmWorld(n, Options(512)));
+  worlds.emplace_back("larger than /dev/shm", MakeShmWorld(n, Options(int64_t{1} << 40)));
+  worlds.emplace_back("several hosts", MakeShmWorld(n, Options(), {"a", "a", "b"}));
   for (auto& [why, world] : worlds) {
     SCOPED_TRACE(why);
     ASSERT_NE(world, nullptr);
@@ -245,7 +230,7 @@ TEST(ShmPlane, NothingLeftInDevShm) {
   const int n = 2;
   std::mutex mu;
   std::vector<std::string> names;
-  auto world = MakeWorld(n, Options());
+  auto world = MakeShmWorld(n, Options());
   ASSERT_NE(world, nullptr);
   world->Run([&](Transport& t) {
     try {
